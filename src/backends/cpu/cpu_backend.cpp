@@ -1,0 +1,107 @@
+// The CPU backend: unpacks tensors and calls the kernels with the active ISA.
+// Registers itself for DeviceType::kCpu at static-initialization time.
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "core/backend.h"
+
+namespace hearth::cpu {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) override {
+    const Isa isa = active_isa();
+    const int64_t V = table.dim(0), D = table.dim(1), T = ids.dim(0);
+    const auto* base = static_cast<const uint8_t*>(table.raw());
+    const size_t row_bytes = static_cast<size_t>(D) * dtype_size(table.dtype());
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = ids.data<int32_t>()[t];
+      if (id < 0 || id >= V) throw InputError("embedding: token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(V));
+      convert_row(isa, base + static_cast<size_t>(id) * row_bytes, table.dtype(), D, out.data<float>() + t * D);
+    }
+    (void)ctx;
+  }
+
+  void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override {
+    cpu::matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), x.dim(1), w.raw(), w.dtype(), w.dim(0),
+                bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  }
+
+  void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) override {
+    const int64_t d = x.dim(-1);
+    cpu::rms_norm(active_isa(), x.data<float>(), w.data<float>(), x.numel() / d, d, eps, y.data<float>());
+  }
+
+  void rope(Context&, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) override {
+    cpu::rope(active_isa(), x.data<float>(), x.dim(0), x.dim(1), x.dim(2), positions.data<int32_t>(),
+              inv_freq.data<float>(), inv_freq.dim(0), attention_factor);
+  }
+
+  void kv_write(Context&, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) override {
+    const int64_t T = k.dim(0);
+    const size_t row = static_cast<size_t>(k.dim(1) * k.dim(2));
+    const int64_t n_slots = cache.k.dim(0) * cache.k.dim(1);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t slot = slots.data<int32_t>()[t];
+      HEARTH_CHECK_MSG(slot >= 0 && slot < n_slots, "kv_write: slot " + std::to_string(slot) + " outside the pool");
+      std::memcpy(cache.k.data<float>() + slot * row, k.data<float>() + t * row, row * sizeof(float));
+      std::memcpy(cache.v.data<float>() + slot * row, v.data<float>() + t * row, row * sizeof(float));
+    }
+  }
+
+  void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
+                 float scale, int32_t window, Tensor& out) override {
+    AttentionArgs a{};
+    a.q = q.data<float>();
+    a.out = out.data<float>();
+    a.T = q.dim(0);
+    a.Hq = q.dim(1);
+    a.Hkv = cache.k.dim(2);
+    a.Dh = q.dim(2);
+    a.k_cache = cache.k.data<float>();
+    a.v_cache = cache.v.data<float>();
+    a.block_size = cache.k.dim(1);
+    a.seq_starts = batch.seq_starts.data<int32_t>();
+    a.context_lens = batch.context_lens.data<int32_t>();
+    a.block_tables = batch.block_tables.data<int32_t>();
+    a.n_seqs = batch.context_lens.dim(0);
+    a.max_blocks = batch.block_tables.dim(1);
+    a.scale = scale;
+    a.window = window;
+    HEARTH_CHECK(a.seq_starts[a.n_seqs] == a.T);
+    cpu::attention(active_isa(), ctx.pool, a);
+  }
+
+  void silu_mul(Context&, const Tensor& gate, const Tensor& up, Tensor& out) override {
+    cpu::silu_mul(active_isa(), gate.data<float>(), up.data<float>(), gate.numel(), out.data<float>());
+  }
+
+  void add(Context&, Tensor& a, const Tensor& b) override {
+    cpu::add(active_isa(), a.data<float>(), b.data<float>(), a.numel());
+  }
+
+  void argmax(Context&, const Tensor& x, Tensor& ids) override {
+    const Isa isa = active_isa();
+    const int64_t R = x.dim(0), V = x.dim(1);
+    for (int64_t r = 0; r < R; ++r) ids.data<int32_t>()[r] = static_cast<int32_t>(argmax_row(isa, x.data<float>() + r * V, V));
+  }
+
+  void softmax(Context&, Tensor& x) override {
+    const Isa isa = active_isa();
+    const int64_t R = x.dim(0), V = x.dim(1);
+    for (int64_t r = 0; r < R; ++r) softmax_row(isa, x.data<float>() + r * V, V);
+  }
+};
+
+struct Registrar {
+  Registrar() {
+    static CpuBackend backend;
+    register_backend(DeviceType::kCpu, &backend);
+  }
+} registrar;
+
+}  // namespace
+}  // namespace hearth::cpu

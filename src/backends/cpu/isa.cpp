@@ -1,0 +1,50 @@
+#include "backends/cpu/isa.h"
+
+#include <string>
+
+#include "base/error.h"
+#include "base/knobs.h"
+
+namespace hearth::cpu {
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+}
+
+Isa best_isa() {
+  static const Isa best = isa_supported(Isa::kAvx512) ? Isa::kAvx512
+                          : isa_supported(Isa::kAvx2) ? Isa::kAvx2
+                                                      : Isa::kScalar;
+  return best;
+}
+
+Isa active_isa() {
+  const std::string want = knobs::isa();
+  if (want == "auto") return best_isa();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (want == isa_name(isa)) {
+      if (!isa_supported(isa)) throw InputError("HEARTH_ISA=" + want + ": this CPU does not support it");
+      return isa;
+    }
+  }
+  throw InputError("HEARTH_ISA: expected auto, scalar, avx2 or avx512, got '" + want + "'");
+}
+
+}  // namespace hearth::cpu

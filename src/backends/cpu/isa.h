@@ -1,0 +1,18 @@
+// Instruction sets the CPU kernels are compiled for, chosen at run time from CPUID.
+#pragma once
+
+#include <string_view>
+
+namespace hearth::cpu {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+std::string_view isa_name(Isa isa);
+bool isa_supported(Isa isa);
+// The widest ISA this CPU (and OS) supports.
+Isa best_isa();
+// What kernels use now: the HEARTH_ISA knob, else best_isa(). Asking for an ISA the CPU
+// lacks is an InputError.
+Isa active_isa();
+
+}  // namespace hearth::cpu

@@ -1,0 +1,58 @@
+// CPU kernels on raw pointers, one entry point per op, each taking the ISA to run with so
+// tests can compare every variant against the scalar reference. Shapes as in core/ops.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/isa.h"
+#include "base/thread_pool.h"
+#include "core/dtype.h"
+
+namespace hearth::cpu {
+
+// sum_k a[k] * b[k]; b is f32, bf16 or f16.
+float dot(Isa isa, const float* a, const void* b, DType b_type, int64_t n);
+
+// dst[i] = float(src[i]) for a float dtype src (embedding rows, dequantizing copies).
+void convert_row(Isa isa, const void* src, DType src_type, int64_t n, float* dst);
+
+// x: [T, K] f32, w: [N, K] (w_type), bias: [N] f32 or null -> y: [T, N] f32.
+void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
+            const float* bias, float* y);
+
+// x: [rows, d] -> y: [rows, d]; y = x * rsqrt(mean(x^2) + eps) * w. y may equal x.
+void rms_norm(Isa isa, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y);
+
+// x: [T, H, Dh] in place; rotates dims [0, 2*half) of each head in the rotate-half layout.
+void rope(Isa isa, float* x, int64_t T, int64_t H, int64_t Dh, const int32_t* positions, const float* inv_freq,
+          int64_t half, float attention_factor);
+
+// out[i] = silu(gate[i]) * up[i]; out may equal gate.
+void silu_mul(Isa isa, const float* gate, const float* up, int64_t n, float* out);
+
+// a[i] += b[i]
+void add(Isa isa, float* a, const float* b, int64_t n);
+
+// In-place softmax of one row; returns nothing. Max-subtracted, as torch.
+void softmax_row(Isa isa, float* x, int64_t n);
+
+// Index of the first maximum.
+int64_t argmax_row(Isa isa, const float* x, int64_t n);
+
+struct AttentionArgs {
+  const float* q;  // [T, Hq, Dh]
+  float* out;      // [T, Hq, Dh]
+  int64_t T, Hq, Hkv, Dh;
+  const float* k_cache;  // [n_blocks, block_size, Hkv, Dh]
+  const float* v_cache;
+  int64_t block_size;
+  const int32_t* seq_starts;    // [S + 1]
+  const int32_t* context_lens;  // [S]
+  const int32_t* block_tables;  // [S, max_blocks]
+  int64_t n_seqs, max_blocks;
+  float scale;
+  int32_t window;  // <= 0: none
+};
+void attention(Isa isa, ThreadPool* pool, const AttentionArgs& args);
+
+}  // namespace hearth::cpu

@@ -1,0 +1,115 @@
+// y[t, n] = sum_k x[t, k] * w[n, k] + bias[n]
+// x: [T, K] f32, w: [N, K] f32|bf16|f16 (the HF Linear layout), y: [T, N] f32.
+// Threads split N; each thread walks its weight rows four at a time and applies them to every
+// row of x, so a weight row is read from memory once per call while it sits in cache.
+#include <algorithm>
+
+#include "backends/cpu/dot.h"
+#include "backends/cpu/kernels.h"
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kRowsPerBlock = 4;
+
+template <DType BT>
+HEARTH_AVX512 void dot4_avx512(const float* x, const void* w, int64_t K, float* out4) {
+  const size_t row_bytes = static_cast<size_t>(K) * sizeof(std::conditional_t<BT == DType::kF32, float, uint16_t>);
+  const auto* w0 = static_cast<const uint8_t*>(w);
+  const void* r0 = w0;
+  const void* r1 = w0 + row_bytes;
+  const void* r2 = w0 + 2 * row_bytes;
+  const void* r3 = w0 + 3 * row_bytes;
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = simd::tail_mask16(K - k);
+    const __m512 xv = simd::load16_f32(x + k, m);
+    a0 = _mm512_fmadd_ps(xv, simd::load16<BT>(r0, k, m), a0);
+    a1 = _mm512_fmadd_ps(xv, simd::load16<BT>(r1, k, m), a1);
+    a2 = _mm512_fmadd_ps(xv, simd::load16<BT>(r2, k, m), a2);
+    a3 = _mm512_fmadd_ps(xv, simd::load16<BT>(r3, k, m), a3);
+  }
+  out4[0] = _mm512_reduce_add_ps(a0);
+  out4[1] = _mm512_reduce_add_ps(a1);
+  out4[2] = _mm512_reduce_add_ps(a2);
+  out4[3] = _mm512_reduce_add_ps(a3);
+}
+
+template <DType BT>
+HEARTH_AVX2 void dot4_avx2(const float* x, const void* w, int64_t K, float* out4) {
+  const size_t row_bytes = static_cast<size_t>(K) * sizeof(std::conditional_t<BT == DType::kF32, float, uint16_t>);
+  const auto* w0 = static_cast<const uint8_t*>(w);
+  const void* r[4] = {w0, w0 + row_bytes, w0 + 2 * row_bytes, w0 + 3 * row_bytes};
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + k);
+    a0 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[0], k), a0);
+    a1 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[1], k), a1);
+    a2 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[2], k), a2);
+    a3 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[3], k), a3);
+  }
+  out4[0] = simd::hsum8(a0);
+  out4[1] = simd::hsum8(a1);
+  out4[2] = simd::hsum8(a2);
+  out4[3] = simd::hsum8(a3);
+  for (; k < K; ++k) {
+    for (int j = 0; j < 4; ++j) out4[j] += x[k] * load_scalar(r[j], BT, k);
+  }
+}
+
+template <DType BT>
+void matmul_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, int64_t n_begin, int64_t n_end,
+                 int64_t N, const float* bias, float* y) {
+  constexpr size_t kElem = BT == DType::kF32 ? 4 : 2;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  int64_t n = n_begin;
+  if (isa != Isa::kScalar) {
+    for (; n + kRowsPerBlock <= n_end; n += kRowsPerBlock) {
+      const void* w_rows = wb + static_cast<size_t>(n) * K * kElem;
+      for (int64_t t = 0; t < T; ++t) {
+        float out4[4];
+        if (isa == Isa::kAvx512) {
+          dot4_avx512<BT>(x + t * K, w_rows, K, out4);
+        } else {
+          dot4_avx2<BT>(x + t * K, w_rows, K, out4);
+        }
+        for (int j = 0; j < 4; ++j) y[t * N + n + j] = out4[j] + (bias ? bias[n + j] : 0.0f);
+      }
+    }
+  }
+  for (; n < n_end; ++n) {
+    const void* w_row = wb + static_cast<size_t>(n) * K * kElem;
+    for (int64_t t = 0; t < T; ++t) {
+      float s;
+      switch (isa) {
+        case Isa::kAvx512: s = dot_avx512<BT>(x + t * K, w_row, K); break;
+        case Isa::kAvx2: s = dot_avx2<BT>(x + t * K, w_row, K); break;
+        default: s = dot_scalar<BT>(x + t * K, w_row, K); break;
+      }
+      y[t * N + n] = s + (bias ? bias[n] : 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
+            const float* bias, float* y) {
+  dispatch_float(w_type, [&]<DType BT>() {
+    auto run = [&](int64_t begin, int64_t end) {
+      // Chunks are in units of 4-row blocks so only the last chunk has a ragged tail.
+      matmul_rows<BT>(isa, x, T, K, w, begin * kRowsPerBlock, std::min(N, end * kRowsPerBlock), N, bias, y);
+    };
+    const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    // Enough work per chunk to pay for waking a thread (~64k multiply-adds).
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, K * T * kRowsPerBlock));
+    if (pool != nullptr) {
+      pool->parallel_for(blocks, grain, run);
+    } else {
+      run(0, blocks);
+    }
+  });
+}
+
+}  // namespace hearth::cpu

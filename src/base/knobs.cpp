@@ -1,0 +1,98 @@
+#include "base/knobs.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "base/error.h"
+#include "base/strings.h"
+
+namespace hearth {
+
+const std::vector<KnobInfo>& all_knobs() {
+  static const std::vector<KnobInfo> knobs = {
+      {"HEARTH_ISA", "auto",
+       "CPU kernel instruction set: auto (best the CPU has), scalar (reference kernels), avx2, "
+       "avx512. Asking for one the CPU lacks is an error."},
+      {"HEARTH_THREADS", "0", "CPU worker threads; 0 means one per online core."},
+  };
+  return knobs;
+}
+
+namespace {
+
+std::mutex& override_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::string, std::less<>>& overrides() {
+  static std::map<std::string, std::string, std::less<>> m;
+  return m;
+}
+
+const KnobInfo& find_knob(std::string_view env) {
+  for (const KnobInfo& k : all_knobs()) {
+    if (k.env == env) return k;
+  }
+  throw InputError("unknown knob " + std::string(env));
+}
+
+}  // namespace
+
+std::string knob_text(std::string_view env) {
+  const KnobInfo& info = find_knob(env);
+  {
+    std::lock_guard<std::mutex> lock(override_mutex());
+    auto it = overrides().find(env);
+    if (it != overrides().end()) return it->second;
+  }
+  const std::string name(info.env);
+  if (const char* v = std::getenv(name.c_str()); v != nullptr && *v != '\0') return v;
+  return std::string(info.default_value);
+}
+
+namespace knobs {
+
+std::string isa() { return knob_text("HEARTH_ISA"); }
+
+int threads() {
+  const std::string text = knob_text("HEARTH_THREADS");
+  const auto v = parse_int(text);
+  if (!v || *v < 0 || *v > 4096) throw InputError("HEARTH_THREADS: expected a count 0..4096, got '" + text + "'");
+  return static_cast<int>(*v);
+}
+
+}  // namespace knobs
+
+KnobOverride::KnobOverride(std::string_view env, std::string value) : env_(env) {
+  find_knob(env);
+  std::lock_guard<std::mutex> lock(override_mutex());
+  auto it = overrides().find(env_);
+  had_previous_ = it != overrides().end();
+  if (had_previous_) previous_ = it->second;
+  overrides()[env_] = std::move(value);
+}
+
+KnobOverride::~KnobOverride() {
+  std::lock_guard<std::mutex> lock(override_mutex());
+  if (had_previous_) {
+    overrides()[env_] = previous_;
+  } else {
+    overrides().erase(env_);
+  }
+}
+
+std::string knobs_markdown() {
+  std::string out =
+      "# Knobs\n\n"
+      "Environment variables that tune Hearth at run time. They are declared once in\n"
+      "`src/base/knobs.cpp`; this file is generated from that declaration by `hearth knobs`\n"
+      "and a test keeps it in sync. Command-line flags are listed by `hearth <verb> --help`.\n\n"
+      "| variable | default | meaning |\n|---|---|---|\n";
+  for (const KnobInfo& k : all_knobs()) {
+    out += "| `" + std::string(k.env) + "` | `" + std::string(k.default_value) + "` | " + std::string(k.help) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,49 @@
+// Knobs: every run-time lever that is not a CLI flag, declared once (name, default, help).
+// This is the only place in Hearth that reads the environment. Tests override a knob for a
+// scope with KnobOverride.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hearth {
+
+struct KnobInfo {
+  std::string_view env;            // environment variable, e.g. HEARTH_ISA
+  std::string_view default_value;  // as text
+  std::string_view help;
+};
+
+// All declared knobs, in declaration order (for docs/knobs.md and `hearth knobs`).
+const std::vector<KnobInfo>& all_knobs();
+
+// Current value of a knob as text: override > environment > default. Throws InputError for
+// an undeclared name (a typo in code, caught by tests).
+std::string knob_text(std::string_view env);
+
+namespace knobs {
+// CPU instruction set for kernels: auto | scalar | avx2 | avx512.
+std::string isa();
+// Worker threads for the CPU backend; 0 = one per core.
+int threads();
+}  // namespace knobs
+
+// Sets a knob for the lifetime of this object (tests). Not thread-safe against readers.
+class KnobOverride {
+ public:
+  KnobOverride(std::string_view env, std::string value);
+  ~KnobOverride();
+  KnobOverride(const KnobOverride&) = delete;
+  KnobOverride& operator=(const KnobOverride&) = delete;
+
+ private:
+  std::string env_;
+  bool had_previous_;
+  std::string previous_;
+};
+
+// Markdown table of all knobs (docs/knobs.md is generated from this and checked by a test).
+std::string knobs_markdown();
+
+}  // namespace hearth

@@ -1,0 +1,39 @@
+// Flags and setup shared by the verbs that load a model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/thread_pool.h"
+#include "cli/flags.h"
+#include "models/model.h"
+
+namespace hearth::cli {
+
+struct ModelFlags {
+  std::string model;
+  std::string dtype;
+  int64_t threads = 0;
+
+  void declare(Flags& f) {
+    f.positional("model", "Model directory (same as --model).", &model);
+    f.add("model", "Model directory: config.json + safetensors weights.", &model);
+    f.require("model");
+    f.add("dtype", "Convert weight matrices at load time: f32, bf16 or f16 (default: as stored).", &dtype);
+    f.add("threads", "CPU threads (default: one per core, or HEARTH_THREADS).", &threads);
+  }
+  LoadOptions load_options() const {
+    LoadOptions o;
+    if (!dtype.empty()) {
+      o.weight_dtype = dtype_from_name(dtype);
+      if (!o.weight_dtype) throw InputError("--dtype: expected f32, bf16 or f16, got '" + dtype + "'");
+    }
+    return o;
+  }
+  std::unique_ptr<ThreadPool> make_pool() const {
+    if (threads < 0) throw InputError("--threads must be >= 0");
+    return std::make_unique<ThreadPool>(static_cast<int>(threads));
+  }
+};
+
+}  // namespace hearth::cli

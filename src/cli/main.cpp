@@ -1,0 +1,57 @@
+// hearth: one binary, one verb per file. Errors from bad input end as one line and exit 1.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "cli/verbs.h"
+
+namespace {
+
+struct Verb {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>&);
+};
+
+constexpr Verb kVerbs[] = {
+    {"generate", "Generate tokens from a prompt (token ids).", hearth::cli::run_generate},
+    {"logits", "Write the logits of every prompt position to a safetensors file.", hearth::cli::run_logits},
+    {"knobs", "List the environment variables Hearth reads.", hearth::cli::run_knobs},
+};
+
+void print_help() {
+  std::printf(
+      "usage: hearth <verb> [flags]\n\n"
+      "Hearth runs Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3) on this machine.\n\n"
+      "verbs:\n");
+  for (const Verb& v : kVerbs) std::printf("  %-10s %s\n", v.name, v.summary);
+  std::printf("\n`hearth <verb> --help` shows a verb's flags.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_help();
+    return 0;
+  }
+  try {
+    for (const Verb& v : kVerbs) {
+      if (args[0] == v.name) return v.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    }
+    std::fprintf(stderr, "hearth: unknown verb '%s' (see hearth --help)\n", args[0].c_str());
+    return 2;
+  } catch (const hearth::InputError& e) {
+    std::fprintf(stderr, "hearth: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "hearth: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hearth: internal error: %s\n", e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,14 @@
+// One function per verb; each parses its own flags from args (after the verb name) and
+// returns the process exit code. Bad input throws InputError (main prints it).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hearth::cli {
+
+int run_generate(const std::vector<std::string>& args);
+int run_logits(const std::vector<std::string>& args);
+int run_knobs(const std::vector<std::string>& args);
+
+}  // namespace hearth::cli

@@ -1,0 +1,33 @@
+// The seam between ops (checks) and backends (math). A backend registers itself for a
+// device type at static-initialization time; core never includes a backend header.
+#pragma once
+
+#include <string>
+
+#include "core/ops.h"
+
+namespace hearth {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual void embedding(Context&, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+  virtual void matmul(Context&, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
+  virtual void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
+  virtual void rope(Context&, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) = 0;
+  virtual void kv_write(Context&, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) = 0;
+  virtual void attention(Context&, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
+                         float scale, int32_t window, Tensor& out) = 0;
+  virtual void silu_mul(Context&, const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void add(Context&, Tensor& a, const Tensor& b) = 0;
+  virtual void argmax(Context&, const Tensor& x, Tensor& ids) = 0;
+  virtual void softmax(Context&, Tensor& x) = 0;
+};
+
+// Registration (called by a backend's static registrar) and lookup.
+void register_backend(DeviceType type, Backend* backend);
+// Throws Unsupported("no backend for cuda ...") when none is registered.
+Backend& backend_for(Device device);
+
+}  // namespace hearth

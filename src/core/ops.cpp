@@ -1,0 +1,155 @@
+#include "core/ops.h"
+
+#include <array>
+
+#include "core/backend.h"
+
+namespace hearth {
+namespace {
+
+std::array<Backend*, 2>& registry() {
+  static std::array<Backend*, 2> backends{};
+  return backends;
+}
+
+[[noreturn]] void fail(const char* op, const std::string& what) { throw InputError(std::string(op) + ": " + what); }
+
+void expect(bool ok, const char* op, const std::string& what) {
+  if (!ok) fail(op, what);
+}
+
+void expect_dtype(const Tensor& t, DType want, const char* op, const char* name) {
+  expect(t.defined(), op, std::string(name) + " is undefined");
+  if (t.dtype() != want) {
+    fail(op, std::string("expected ") + name + " to be " + std::string(dtype_name(want)) + ", got " + t.str());
+  }
+}
+
+void expect_rank(const Tensor& t, int rank, const char* op, const char* name) {
+  if (t.rank() != rank) {
+    fail(op, std::string("expected ") + name + " of rank " + std::to_string(rank) + ", got " + t.str());
+  }
+}
+
+}  // namespace
+
+void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
+
+Backend& backend_for(Device device) {
+  Backend* b = registry()[static_cast<size_t>(device.type)];
+  if (b == nullptr) throw Unsupported("no backend for device " + device.str() + " in this build");
+  return *b;
+}
+
+namespace ops {
+
+void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) {
+  expect(is_float(table.dtype()) && table.rank() == 2, "embedding", "expected table [V, D] float, got " + table.str());
+  expect_dtype(ids, DType::kI32, "embedding", "ids");
+  expect_rank(ids, 1, "embedding", "ids");
+  expect_dtype(out, DType::kF32, "embedding", "out");
+  expect(out.shape() == Shape({ids.dim(0), table.dim(1)}), "embedding",
+         "expected out [" + std::to_string(ids.dim(0)) + ", " + std::to_string(table.dim(1)) + "], got " + out.str());
+  backend_for(ctx.device).embedding(ctx, table, ids, out);
+}
+
+void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  expect_dtype(x, DType::kF32, "matmul", "x");
+  expect(w.defined() && is_float(w.dtype()), "matmul", "expected float weights, got " + (w.defined() ? w.str() : "none"));
+  expect(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1), "matmul",
+         "expected [T, K] x [N, K], got " + x.shape().str() + " x " + w.shape().str());
+  if (bias.defined()) {
+    expect_dtype(bias, DType::kF32, "matmul", "bias");
+    expect(bias.shape() == Shape({w.dim(0)}), "matmul", "expected bias [" + std::to_string(w.dim(0)) + "], got " + bias.str());
+  }
+  expect_dtype(y, DType::kF32, "matmul", "y");
+  expect(y.shape() == Shape({x.dim(0), w.dim(0)}), "matmul",
+         "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.dim(0)) + "], got " + y.str());
+  backend_for(ctx.device).matmul(ctx, x, w, bias, y);
+}
+
+void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  expect_dtype(x, DType::kF32, "rms_norm", "x");
+  expect_dtype(w, DType::kF32, "rms_norm", "w");
+  expect_dtype(y, DType::kF32, "rms_norm", "y");
+  expect(x.rank() >= 1 && w.shape() == Shape({x.dim(-1)}) && y.shape() == x.shape(), "rms_norm",
+         "expected x [*, D], w [D], y like x; got " + x.str() + ", " + w.str() + ", " + y.str());
+  backend_for(ctx.device).rms_norm(ctx, x, w, eps, y);
+}
+
+void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) {
+  expect_dtype(x, DType::kF32, "rope", "x");
+  expect_rank(x, 3, "rope", "x");
+  expect_dtype(positions, DType::kI32, "rope", "positions");
+  expect_dtype(inv_freq, DType::kF32, "rope", "inv_freq");
+  expect(positions.shape() == Shape({x.dim(0)}), "rope", "expected positions [T], got " + positions.str() + " for x " + x.str());
+  expect(inv_freq.rank() == 1 && 2 * inv_freq.dim(0) <= x.dim(2), "rope",
+         "rotary dims " + std::to_string(2 * inv_freq.dim(0)) + " exceed head dim of " + x.str());
+  backend_for(ctx.device).rope(ctx, x, positions, inv_freq, attention_factor);
+}
+
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache) {
+  expect_dtype(k, DType::kF32, "kv_write", "k");
+  expect_dtype(v, DType::kF32, "kv_write", "v");
+  expect_dtype(slots, DType::kI32, "kv_write", "slots");
+  expect_dtype(cache.k, DType::kF32, "kv_write", "k cache");
+  expect_dtype(cache.v, DType::kF32, "kv_write", "v cache");
+  expect(k.rank() == 3 && k.shape() == v.shape() && cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() &&
+             k.dim(1) == cache.k.dim(2) && k.dim(2) == cache.k.dim(3) && slots.shape() == Shape({k.dim(0)}),
+         "kv_write",
+         "expected k, v [T, Hkv, Dh], slots [T], cache [B, bs, Hkv, Dh]; got " + k.str() + ", " + v.str() + ", " +
+             slots.str() + ", " + cache.k.str());
+  backend_for(ctx.device).kv_write(ctx, k, v, slots, cache);
+}
+
+void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
+               int32_t window, Tensor& out) {
+  expect_dtype(q, DType::kF32, "attention", "q");
+  expect_dtype(out, DType::kF32, "attention", "out");
+  expect_rank(q, 3, "attention", "q");
+  expect(out.shape() == q.shape(), "attention", "expected out like q " + q.str() + ", got " + out.str());
+  expect(cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() && cache.k.dim(3) == q.dim(2) &&
+             q.dim(1) % cache.k.dim(2) == 0,
+         "attention", "q " + q.str() + " does not fit cache " + cache.k.str() + " (GQA needs Hq % Hkv == 0)");
+  expect_dtype(batch.seq_starts, DType::kI32, "attention", "seq_starts");
+  expect_dtype(batch.context_lens, DType::kI32, "attention", "context_lens");
+  expect_dtype(batch.block_tables, DType::kI32, "attention", "block_tables");
+  const int64_t n_seqs = batch.context_lens.dim(0);
+  expect(batch.seq_starts.shape() == Shape({n_seqs + 1}) && batch.block_tables.rank() == 2 &&
+             batch.block_tables.dim(0) == n_seqs,
+         "attention", "batch metadata shapes disagree");
+  backend_for(ctx.device).attention(ctx, q, cache, batch, scale, window, out);
+}
+
+void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
+  expect_dtype(gate, DType::kF32, "silu_mul", "gate");
+  expect_dtype(up, DType::kF32, "silu_mul", "up");
+  expect_dtype(out, DType::kF32, "silu_mul", "out");
+  expect(gate.shape() == up.shape() && out.shape() == gate.shape(), "silu_mul",
+         "expected equal shapes, got " + gate.str() + ", " + up.str() + ", " + out.str());
+  backend_for(ctx.device).silu_mul(ctx, gate, up, out);
+}
+
+void add(Context& ctx, Tensor& a, const Tensor& b) {
+  expect_dtype(a, DType::kF32, "add", "a");
+  expect_dtype(b, DType::kF32, "add", "b");
+  expect(a.shape() == b.shape(), "add", "expected equal shapes, got " + a.str() + " and " + b.str());
+  backend_for(ctx.device).add(ctx, a, b);
+}
+
+void argmax(Context& ctx, const Tensor& x, Tensor& ids) {
+  expect_dtype(x, DType::kF32, "argmax", "x");
+  expect_rank(x, 2, "argmax", "x");
+  expect_dtype(ids, DType::kI32, "argmax", "ids");
+  expect(ids.shape() == Shape({x.dim(0)}) && x.dim(1) > 0, "argmax", "expected ids [R] for x " + x.str());
+  backend_for(ctx.device).argmax(ctx, x, ids);
+}
+
+void softmax(Context& ctx, Tensor& x) {
+  expect_dtype(x, DType::kF32, "softmax", "x");
+  expect_rank(x, 2, "softmax", "x");
+  backend_for(ctx.device).softmax(ctx, x);
+}
+
+}  // namespace ops
+}  // namespace hearth

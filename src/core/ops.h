@@ -1,0 +1,61 @@
+// The ops the models are made of. Each op checks shapes and dtypes here (no math) and
+// dispatches to the backend of the tensors' device. Shapes use T = tokens in the flat
+// batch, D = model width, H = heads, Dh = head dim.
+#pragma once
+
+#include <cstdint>
+
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace hearth::ops {
+
+// table: [V, D] f32|bf16|f16, ids: [T] i32 -> out: [T, D] f32
+void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out);
+
+// x: [T, K] f32, w: [N, K] f32|bf16|f16, bias: [N] f32 or undefined -> y: [T, N] f32
+void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+
+// x: [T, D] f32, w: [D] f32 -> y: [T, D] f32 (y may be x). y = x / rms(x) * w
+void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y);
+
+// x: [T, H, Dh] f32, rotated in place. positions: [T] i32; inv_freq: [R/2] f32 rotates the
+// first R dims of each head in the rotate-half convention of HF (pairs i and i + R/2);
+// cos/sin are multiplied by attention_factor (YaRN), as HF does.
+void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor);
+
+// Paged KV storage of one layer: [n_blocks, block_size, Hkv, Dh] f32 each.
+struct KvLayer {
+  Tensor k;
+  Tensor v;
+};
+
+// k, v: [T, Hkv, Dh] f32 written to cache slots: slots [T] i32 (block * block_size + offset).
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache);
+
+// Where each sequence of a flat batch lives in the paged KV cache.
+struct AttentionBatch {
+  Tensor seq_starts;    // [S + 1] i32: sequence s owns query rows [seq_starts[s], seq_starts[s+1])
+  Tensor context_lens;  // [S] i32: tokens of s already cached before this step
+  Tensor block_tables;  // [S, max_blocks] i32: physical block of each logical block
+};
+
+// Varlen paged attention with GQA. q: [T, Hq, Dh] f32 -> out: [T, Hq, Dh] f32.
+// Query row i of sequence s sits at cache index c = context_lens[s] + i - seq_starts[s] and
+// attends to cache indices j <= c with c - j < window (window <= 0: no window).
+void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
+               int32_t window, Tensor& out);
+
+// gate, up: [T, F] f32 -> out: [T, F] f32 = silu(gate) * up (out may be gate).
+void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
+
+// a += b, same shape, f32.
+void add(Context& ctx, Tensor& a, const Tensor& b);
+
+// x: [R, V] f32 -> ids: [R] i32 (first maximum wins, as torch.argmax).
+void argmax(Context& ctx, const Tensor& x, Tensor& ids);
+
+// x: [R, V] f32, softmax over each row in place.
+void softmax(Context& ctx, Tensor& x);
+
+}  // namespace hearth::ops

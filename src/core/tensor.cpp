@@ -1,0 +1,148 @@
+#include "core/tensor.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace hearth {
+namespace {
+
+std::shared_ptr<Storage> allocate(size_t bytes) {
+  auto s = std::make_shared<Storage>();
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  s->data = p;
+  s->bytes = bytes;
+  s->keepalive = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return s;
+}
+
+// Large zeroed buffers come straight from the kernel: pages stay untouched (and out of the
+// resident set) until written, which keeps a big, mostly empty KV cache cheap.
+constexpr size_t kLazyZeroBytes = 1 << 20;
+
+std::shared_ptr<Storage> allocate_zeroed(size_t bytes) {
+  if (bytes < kLazyZeroBytes) {
+    auto s = allocate(bytes);
+    std::memset(s->data, 0, bytes);
+    return s;
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  auto s = std::make_shared<Storage>();
+  s->data = p;
+  s->bytes = bytes;
+  s->keepalive = std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); });
+  return s;
+}
+
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  HEARTH_CHECK(shape.numel() >= 0);
+  Tensor t;
+  t.storage_ = allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.owned_ = true;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  HEARTH_CHECK(shape.numel() >= 0);
+  Tensor t;
+  t.storage_ = allocate_zeroed(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.owned_ = true;
+  return t;
+}
+
+Tensor Tensor::view_of(const void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keepalive) {
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>();
+  t.storage_->data = const_cast<void*>(data);
+  t.storage_->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  t.storage_->keepalive = std::move(keepalive);
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::from_f32(const Shape& shape, const float* data) {
+  Tensor t = empty(shape, DType::kF32);
+  std::memcpy(t.raw(), data, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::from_i32(const Shape& shape, const int32_t* data) {
+  Tensor t = empty(shape, DType::kI32);
+  std::memcpy(t.raw(), data, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  HEARTH_CHECK_MSG(shape.numel() == numel(), "reshape " + shape_.str() + " -> " + shape.str());
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  HEARTH_CHECK(rank() >= 1 && begin >= 0 && begin <= end && end <= dim(0));
+  const int64_t row = dim(0) == 0 ? 0 : numel() / dim(0);
+  Tensor t = *this;
+  t.offset_ += static_cast<size_t>(begin * row) * dtype_size(dtype_);
+  int64_t dims[Shape::kMaxRank];
+  for (int i = 0; i < rank(); ++i) dims[i] = shape_[i];
+  dims[0] = end - begin;
+  t.shape_ = Shape::from(dims, dims + rank());
+  return t;
+}
+
+Tensor Tensor::copy() const {
+  Tensor t = empty(shape_, dtype_);
+  std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (target == dtype_) return copy();
+  HEARTH_CHECK_MSG(is_float(dtype_) && is_float(target), "to: " + str() + " -> " + std::string(dtype_name(target)));
+  Tensor t = empty(shape_, target);
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = element_as_f32(*this, i);
+    switch (target) {
+      case DType::kF32: t.data<float>()[i] = v; break;
+      case DType::kBF16: t.data<uint16_t>()[i] = f32_to_bf16(v); break;
+      case DType::kF16: t.data<uint16_t>()[i] = f32_to_f16(v); break;
+      default: break;
+    }
+  }
+  return t;
+}
+
+std::string Tensor::str() const { return std::string(dtype_name(dtype_)) + shape_.str(); }
+
+float element_as_f32(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, t.data<uint8_t>() + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, t.data<uint8_t>() + 2 * i, 2);
+      return t.dtype() == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    default: HEARTH_CHECK_MSG(false, "element_as_f32 on " + t.str());
+  }
+  return 0;
+}
+
+}  // namespace hearth

@@ -1,0 +1,102 @@
+#include "models/dense_decoder.h"
+
+#include "base/error.h"
+#include "core/ops.h"
+
+namespace hearth {
+namespace {
+
+int64_t positive(const JsonConfig& c, const std::string& key, int64_t v) {
+  if (v <= 0) throw FileError(c.path(), "'" + key + "' must be positive, got " + std::to_string(v));
+  return v;
+}
+
+}  // namespace
+
+DecoderArgs DecoderArgs::parse_common(const JsonConfig& c) {
+  DecoderArgs a;
+  a.vocab_size = positive(c, "vocab_size", c.get_int("vocab_size"));
+  a.hidden = positive(c, "hidden_size", c.get_int("hidden_size"));
+  a.intermediate = positive(c, "intermediate_size", c.get_int("intermediate_size"));
+  a.n_layers = positive(c, "num_hidden_layers", c.get_int("num_hidden_layers"));
+  a.attention.hidden = a.hidden;
+  a.attention.n_heads = positive(c, "num_attention_heads", c.get_int("num_attention_heads"));
+  a.attention.n_kv_heads = positive(c, "num_key_value_heads", c.get_int("num_key_value_heads", a.attention.n_heads));
+  if (c.has("head_dim")) {
+    a.attention.head_dim = positive(c, "head_dim", c.get_int("head_dim"));
+  } else {
+    if (a.hidden % a.attention.n_heads != 0) throw FileError(c.path(), "'hidden_size' is not divisible by 'num_attention_heads'");
+    a.attention.head_dim = a.hidden / a.attention.n_heads;
+  }
+  if (a.attention.n_heads % a.attention.n_kv_heads != 0) {
+    throw FileError(c.path(), "'num_attention_heads' is not divisible by 'num_key_value_heads'");
+  }
+  a.norm_eps = static_cast<float>(c.get_float("rms_norm_eps", 1e-6));
+  a.tie_embeddings = c.get_bool("tie_word_embeddings", false);
+  a.max_context = c.get_int("max_position_embeddings", 4096);
+  const std::string act = c.get_string("hidden_act", "silu");
+  if (act != "silu") throw Unsupported(c.path() + ": hidden_act '" + act + "' is not supported (silu is)");
+  a.windows.assign(static_cast<size_t>(a.n_layers), 0);
+  return a;
+}
+
+void DecoderArgs::windows_from_layer_types(const JsonConfig& c) {
+  const std::vector<std::string> types = c.get_string_list("layer_types");
+  if (types.empty()) return;
+  if (static_cast<int64_t>(types.size()) != n_layers) {
+    throw FileError(c.path(), "'layer_types' has " + std::to_string(types.size()) + " entries for " + std::to_string(n_layers) + " layers");
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "sliding_attention") {
+      windows[i] = static_cast<int32_t>(positive(c, "sliding_window", c.get_int("sliding_window")));
+    } else if (types[i] != "full_attention") {
+      throw Unsupported(c.path() + ": layer type '" + types[i] + "' is not supported");
+    }
+  }
+}
+
+void DecoderArgs::qwen_windows(const JsonConfig& c) {
+  if (c.has("layer_types")) return windows_from_layer_types(c);
+  if (!c.get_bool("use_sliding_window", false)) return;
+  const int32_t window = static_cast<int32_t>(positive(c, "sliding_window", c.get_int("sliding_window")));
+  for (int64_t i = c.get_int("max_window_layers", n_layers); i < n_layers; ++i) windows[static_cast<size_t>(i)] = window;
+}
+
+DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, const WeightLoader& w) : args_(args) {
+  rope_ = Rope::from_config(config, args.attention.head_dim);
+  embed_ = w.matrix("model.embed_tokens.weight", args.vocab_size, args.hidden);
+  for (int64_t i = 0; i < args.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    Layer layer{RmsNorm::load(w, p + ".input_layernorm.weight", args.hidden, args.norm_eps),
+                Attention::load(w, p + ".self_attn", args.attention, args.norm_eps),
+                RmsNorm::load(w, p + ".post_attention_layernorm.weight", args.hidden, args.norm_eps),
+                GatedMlp::load(w, p + ".mlp", args.hidden, args.intermediate)};
+    layer.attention.window = args.windows[static_cast<size_t>(i)];
+    layers_.push_back(std::move(layer));
+  }
+  final_norm_ = RmsNorm::load(w, "model.norm.weight", args.hidden, args.norm_eps);
+  lm_head_ = args.tie_embeddings ? Linear{embed_, Tensor()} : Linear::load(w, "lm_head", args.hidden, args.vocab_size);
+  info_.vocab_size = args.vocab_size;
+  info_.hidden = args.hidden;
+  info_.n_layers = args.n_layers;
+  info_.n_kv_heads = args.attention.n_kv_heads;
+  info_.head_dim = args.attention.head_dim;
+  info_.max_context = args.max_context;
+}
+
+Tensor DenseDecoder::forward(Context& ctx, const Batch& batch, KvCache& kv) const {
+  HEARTH_CHECK(static_cast<int64_t>(kv.layers.size()) == args_.n_layers);
+  Tensor x = Tensor::empty({batch.n_tokens(), args_.hidden}, DType::kF32);
+  ops::embedding(ctx, embed_, batch.tokens, x);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    ops::add(ctx, x, l.attention.forward(ctx, l.input_norm.forward(ctx, x), batch, rope_, kv.layers[i]));
+    ops::add(ctx, x, l.mlp.forward(ctx, l.post_norm.forward(ctx, x)));
+  }
+  // Only the rows that need logits go through the final norm and the LM head.
+  Tensor rows = Tensor::empty({batch.logits_rows.dim(0), args_.hidden}, DType::kF32);
+  ops::embedding(ctx, x, batch.logits_rows, rows);
+  return lm_head_.forward(ctx, final_norm_.forward(ctx, rows));
+}
+
+}  // namespace hearth

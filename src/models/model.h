@@ -1,0 +1,66 @@
+// A loaded model: one forward over a flat batch. Architectures register a factory under
+// their config.json model_type; load_model() picks it.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/generation_config.h"
+#include "formats/json_config.h"
+#include "nn/batch.h"
+#include "nn/kv_cache.h"
+#include "nn/linear.h"
+
+namespace hearth {
+
+struct ModelInfo {
+  std::string model_type;
+  std::string dir;
+  int64_t vocab_size = 0;
+  int64_t hidden = 0;
+  int64_t n_layers = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_context = 0;     // max_position_embeddings
+  uint64_t weight_bytes = 0;   // bytes of all weights as stored
+  GenerationConfig generation;  // sampling defaults and eos ids
+};
+
+class Model;
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelInfo& info() const { return info_; }
+  // Runs the batch, writing new K/V into `kv`. Returns logits [R, vocab] f32 for the rows
+  // listed in batch.logits_rows, in that order.
+  virtual Tensor forward(Context& ctx, const Batch& batch, KvCache& kv) const = 0;
+  KvCache allocate_kv(int64_t n_blocks, int64_t block_size) const {
+    return KvCache::allocate(info_.n_layers, n_blocks, block_size, info_.n_kv_heads, info_.head_dim);
+  }
+
+ protected:
+  ModelInfo info_;
+
+ private:
+  friend std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+};
+
+using ModelFactory = std::unique_ptr<Model> (*)(const JsonConfig& config, const WeightLoader& weights);
+
+// Static registration: `const ModelRegistration kReg({"llama", "mistral"}, &make_llama);`
+struct ModelRegistration {
+  ModelRegistration(std::initializer_list<std::string_view> model_types, ModelFactory factory);
+};
+std::vector<std::string> registered_model_types();
+
+// Loads DIR (config.json, generation_config.json, safetensors). Throws FileError naming the
+// file for anything malformed, Unsupported for an unknown model_type.
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+inline std::unique_ptr<Model> load_model(const std::string& dir) { return load_model(dir, LoadOptions{}); }
+
+}  // namespace hearth

@@ -1,0 +1,41 @@
+#include "nn/attention.h"
+
+#include <cmath>
+
+#include "core/ops.h"
+
+namespace hearth {
+
+Attention Attention::load(const WeightLoader& w, const std::string& prefix, const AttentionShape& s, float norm_eps) {
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0) {
+    throw InputError(w.store().source() + ": attention needs heads divisible by kv heads, got " + std::to_string(s.n_heads) +
+                     " and " + std::to_string(s.n_kv_heads));
+  }
+  Attention a;
+  a.shape = s;
+  a.q = Linear::load(w, prefix + ".q_proj", s.hidden, s.n_heads * s.head_dim);
+  a.k = Linear::load(w, prefix + ".k_proj", s.hidden, s.n_kv_heads * s.head_dim);
+  a.v = Linear::load(w, prefix + ".v_proj", s.hidden, s.n_kv_heads * s.head_dim);
+  a.o = Linear::load(w, prefix + ".o_proj", s.n_heads * s.head_dim, s.hidden);
+  if (w.has(prefix + ".q_norm.weight")) a.q_norm = RmsNorm::load(w, prefix + ".q_norm.weight", s.head_dim, norm_eps);
+  if (w.has(prefix + ".k_norm.weight")) a.k_norm = RmsNorm::load(w, prefix + ".k_norm.weight", s.head_dim, norm_eps);
+  a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  return a;
+}
+
+Tensor Attention::forward(Context& ctx, const Tensor& x, const Batch& batch, const Rope& rope, ops::KvLayer& kv) const {
+  const int64_t T = x.dim(0);
+  Tensor qh = q.forward(ctx, x).reshape({T, shape.n_heads, shape.head_dim});
+  Tensor kh = k.forward(ctx, x).reshape({T, shape.n_kv_heads, shape.head_dim});
+  Tensor vh = v.forward(ctx, x).reshape({T, shape.n_kv_heads, shape.head_dim});
+  if (q_norm.defined()) ops::rms_norm(ctx, qh, q_norm.weight, q_norm.eps, qh);
+  if (k_norm.defined()) ops::rms_norm(ctx, kh, k_norm.weight, k_norm.eps, kh);
+  ops::rope(ctx, qh, batch.positions, rope.inv_freq, rope.attention_factor);
+  ops::rope(ctx, kh, batch.positions, rope.inv_freq, rope.attention_factor);
+  ops::kv_write(ctx, kh, vh, batch.slots, kv);
+  Tensor attn = Tensor::empty(qh.shape(), DType::kF32);
+  ops::attention(ctx, qh, kv, batch.attn, scale, window, attn);
+  return o.forward(ctx, attn.reshape({T, shape.n_heads * shape.head_dim}));
+}
+
+}  // namespace hearth

@@ -1,0 +1,65 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace hearth {
+namespace {
+
+int64_t blocks_for(const Model& m, const EngineOptions& o) {
+  int64_t tokens = o.kv_tokens > 0 ? o.kv_tokens : std::min<int64_t>(m.info().max_context, 4096);
+  tokens = std::max<int64_t>(tokens, o.block_size);
+  return (tokens + o.block_size - 1) / o.block_size;
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, Context ctx, EngineOptions options)
+    : model_(model),
+      ctx_(ctx),
+      options_(options),
+      kv_(model.allocate_kv(blocks_for(model, options), options.block_size)),
+      pool_(kv_.n_blocks) {
+  HEARTH_CHECK(options.block_size > 0);
+}
+
+Engine::~Engine() = default;
+
+void Engine::reserve(Sequence& seq, int64_t n_total) {
+  const int64_t need = (n_total + options_.block_size - 1) / options_.block_size;
+  while (static_cast<int64_t>(seq.blocks.size()) < need) {
+    auto b = pool_.allocate();
+    if (!b) {
+      throw InputError("KV cache full: " + std::to_string(n_total) + " tokens need " + std::to_string(need) + " blocks of " +
+                       std::to_string(options_.block_size) + ", " + std::to_string(pool_.n_free()) + " free");
+    }
+    seq.blocks.push_back(*b);
+  }
+}
+
+Tensor Engine::step(const std::vector<Work>& work) {
+  std::vector<SeqStep> steps;
+  for (const Work& w : work) {
+    Sequence& s = *w.seq;
+    if (w.n_tokens <= 0 || s.n_cached + w.n_tokens > static_cast<int64_t>(s.tokens.size())) {
+      throw InputError("engine step: asked for " + std::to_string(w.n_tokens) + " tokens, sequence has " +
+                       std::to_string(s.tokens.size() - static_cast<size_t>(s.n_cached)) + " uncached");
+    }
+    reserve(s, s.n_cached + w.n_tokens);
+    steps.push_back(SeqStep{std::span<const int32_t>(s.tokens.data() + s.n_cached, static_cast<size_t>(w.n_tokens)),
+                            static_cast<int32_t>(s.n_cached), std::span<const int32_t>(s.blocks), w.all_logits});
+  }
+  const Batch batch = Batch::build(steps, options_.block_size);
+  Tensor logits = model_.forward(ctx_, batch, kv_);
+  for (const Work& w : work) w.seq->n_cached += w.n_tokens;
+  return logits;
+}
+
+void Engine::release(Sequence& seq) {
+  for (int32_t b : seq.blocks) pool_.release(b);
+  seq.blocks.clear();
+  seq.n_cached = 0;
+}
+
+}  // namespace hearth

@@ -1,0 +1,59 @@
+// The engine owns a model's KV cache and block pool and runs flat-batch steps over any set
+// of sequences: prefill, chunked prefill, decode and mixtures of them are the same call.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/block_pool.h"
+
+namespace hearth {
+
+struct Sequence {
+  std::vector<int32_t> tokens;  // prompt + generated so far
+  int64_t n_cached = 0;         // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // block table
+};
+
+struct EngineOptions {
+  int64_t block_size = 16;
+  // KV capacity in tokens across all sequences; 0 = the model's max context, capped at
+  // 4096 (the f32 cache of a large model is big; pages are only touched when used).
+  int64_t kv_tokens = 0;
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, Context ctx, EngineOptions options = {});
+  ~Engine();
+
+  // One sequence's part of a step: cache its next n_tokens uncached tokens.
+  struct Work {
+    Sequence* seq;
+    int64_t n_tokens;
+    bool all_logits = false;
+  };
+  // Runs one forward for all work items; returns logits [R, vocab] for each item's last new
+  // token (or every new token with all_logits), in order. Throws InputError when the KV
+  // cache cannot hold the tokens.
+  Tensor step(const std::vector<Work>& work);
+  // Returns a sequence's blocks to the pool.
+  void release(Sequence& seq);
+
+  const Model& model() const { return model_; }
+  Context& context() { return ctx_; }
+  const KvCache& kv() const { return kv_; }
+  const BlockPool& pool() const { return pool_; }
+  int64_t block_size() const { return options_.block_size; }
+
+ private:
+  void reserve(Sequence& seq, int64_t n_total);
+  const Model& model_;
+  Context ctx_;
+  EngineOptions options_;
+  KvCache kv_;
+  BlockPool pool_;
+};
+
+}  // namespace hearth

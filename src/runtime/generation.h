@@ -1,0 +1,62 @@
+// A pull-style generation stream: each next() yields one token. The CLI (and later the
+// server) consume the same stream, so there is one generation path.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace hearth {
+
+enum class FinishReason { kNone, kStop, kLength };
+std::string_view finish_reason_name(FinishReason r);
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int64_t max_tokens = 256;
+  bool ignore_eos = false;
+  std::vector<int32_t> eos_ids;  // stop tokens (the model's, usually)
+  int64_t prefill_chunk = 512;   // prompt tokens per forward
+};
+
+struct TokenEvent {
+  int32_t token = 0;
+  FinishReason finish = FinishReason::kNone;  // set on the last token
+};
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0;  // prompt forward(s) + first sample: time to first token
+  double decode_seconds = 0;   // everything after the first token
+};
+
+class GenerationStream {
+ public:
+  // Throws InputError for an empty prompt or one longer than the KV cache.
+  GenerationStream(Engine& engine, GenerationRequest request);
+  ~GenerationStream();
+  GenerationStream(const GenerationStream&) = delete;
+  GenerationStream& operator=(const GenerationStream&) = delete;
+
+  // The next token, or nullopt once finished.
+  std::optional<TokenEvent> next();
+  const GenerationStats& stats() const { return stats_; }
+  FinishReason finish_reason() const { return finish_; }
+
+ private:
+  int32_t prefill();
+  Engine& engine_;
+  GenerationRequest request_;
+  Sampler sampler_;
+  Sequence seq_;
+  GenerationStats stats_;
+  FinishReason finish_ = FinishReason::kNone;
+  bool started_ = false;
+};
+
+}  // namespace hearth
