@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package Hearth's build and tests need. Idempotent; apt-get only.
+# Installs every Debian package Hearth's build and tests need (idempotent; apt-get only),
+# then builds build/hearth.
 set -euo pipefail
 
 packages=(
@@ -23,3 +24,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all ${#packages[@]} packages present"
+
+# Build the release binary so `build/hearth` is ready to run.
+cd "$(dirname "$0")/.."
+cmake --preset release >/dev/null
+cmake --build --preset release --target hearth
+echo "setup: built build/hearth"

@@ -16,8 +16,7 @@ class InputError : public std::runtime_error {
 // Bad input inside a named file: "path: problem".
 class FileError : public InputError {
  public:
-  FileError(const std::string& path, const std::string& problem)
-      : InputError(path + ": " + problem), path_(path) {}
+  FileError(const std::string& path, const std::string& problem) : InputError(path + ": " + problem), path_(path) {}
   const std::string& path() const { return path_; }
 
  private:
@@ -35,12 +34,12 @@ class Unsupported : public InputError {
 }  // namespace hearth
 
 // Invariant checks: a failure is a bug in Hearth, not bad input. Aborts with file:line.
-#define HEARTH_CHECK(cond)                                                \
-  do {                                                                    \
+#define HEARTH_CHECK(cond)                                              \
+  do {                                                                  \
     if (!(cond)) ::hearth::check_failed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
-#define HEARTH_CHECK_MSG(cond, msg)                                          \
-  do {                                                                       \
+#define HEARTH_CHECK_MSG(cond, msg)                                        \
+  do {                                                                     \
     if (!(cond)) ::hearth::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 #ifdef NDEBUG

@@ -11,8 +11,12 @@ void Flags::add(const std::string& name, const std::string& help, std::string* t
 void Flags::add(const std::string& name, const std::string& help, int64_t* t) { specs_.push_back({name, help, t}); }
 void Flags::add(const std::string& name, const std::string& help, double* t) { specs_.push_back({name, help, t}); }
 void Flags::add(const std::string& name, const std::string& help, bool* t) { specs_.push_back({name, help, t}); }
-void Flags::add(const std::string& name, const std::string& help, std::optional<double>* t) { specs_.push_back({name, help, t}); }
-void Flags::add(const std::string& name, const std::string& help, std::optional<int64_t>* t) { specs_.push_back({name, help, t}); }
+void Flags::add(const std::string& name, const std::string& help, std::optional<double>* t) {
+  specs_.push_back({name, help, t});
+}
+void Flags::add(const std::string& name, const std::string& help, std::optional<int64_t>* t) {
+  specs_.push_back({name, help, t});
+}
 
 void Flags::positional(const std::string& name, const std::string& help, std::string* target) {
   positional_name_ = name;
@@ -114,11 +118,13 @@ bool Flags::parse(const std::vector<std::string>& args) {
 
 std::string Flags::help() const {
   std::string out = "usage: hearth " + verb_ + " " + usage_ + "\n\n" + summary_ + "\n\n";
-  if (positional_target_ != nullptr) out += "arguments:\n  " + positional_name_ + "\n      " + positional_help_ + "\n\n";
+  if (positional_target_ != nullptr)
+    out += "arguments:\n  " + positional_name_ + "\n      " + positional_help_ + "\n\n";
   out += "flags:\n";
   for (const Spec& s : specs_) {
     const bool is_switch = std::holds_alternative<bool*>(s.target);
-    out += "  --" + s.name + (is_switch ? "" : " VALUE") + (s.required ? "  (required)" : "") + "\n      " + s.help + "\n";
+    out +=
+        "  --" + s.name + (is_switch ? "" : " VALUE") + (s.required ? "  (required)" : "") + "\n      " + s.help + "\n";
   }
   out += "  --help\n      Show this help.\n";
   return out;

@@ -64,7 +64,8 @@ int run_generate(const std::vector<std::string>& args) {
     }
   }
   const GenerationStats& st = stream.stats();
-  const double decode_rate = st.generated_tokens > 1 ? static_cast<double>(st.generated_tokens - 1) / st.decode_seconds : 0.0;
+  const double decode_rate =
+      st.generated_tokens > 1 ? static_cast<double>(st.generated_tokens - 1) / st.decode_seconds : 0.0;
   const double prefill_rate = st.prefill_seconds > 0 ? static_cast<double>(st.prompt_tokens) / st.prefill_seconds : 0.0;
   if (json_out) {
     nlohmann::json j;

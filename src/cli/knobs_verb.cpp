@@ -9,7 +9,8 @@ namespace hearth::cli {
 
 int run_knobs(const std::vector<std::string>& args) {
   bool markdown = false;
-  Flags f("knobs", "[--markdown]", "Lists the environment variables (knobs) Hearth reads, with defaults and current values.");
+  Flags f("knobs", "[--markdown]",
+          "Lists the environment variables (knobs) Hearth reads, with defaults and current values.");
   f.add("markdown", "Print docs/knobs.md exactly.", &markdown);
   if (!f.parse(args)) return 0;
   if (markdown) {

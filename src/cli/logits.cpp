@@ -28,7 +28,8 @@ int run_logits(const std::vector<std::string>& args) {
   auto model = load_model(mf.model, mf.load_options());
   for (int32_t t : ids) {
     if (t < 0 || t >= model->info().vocab_size) {
-      throw InputError("--tokens: id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(model->info().vocab_size));
+      throw InputError("--tokens: id " + std::to_string(t) + " is outside the vocabulary of " +
+                       std::to_string(model->info().vocab_size));
     }
   }
   EngineOptions eo;
@@ -37,7 +38,8 @@ int run_logits(const std::vector<std::string>& args) {
   Sequence seq;
   seq.tokens = ids;
   const Tensor logits = engine.step({{&seq, static_cast<int64_t>(ids.size()), true}});
-  write_safetensors(out_path, {{"logits", logits}, {"tokens", Tensor::from_i32({static_cast<int64_t>(ids.size())}, ids.data())}});
+  write_safetensors(out_path,
+                    {{"logits", logits}, {"tokens", Tensor::from_i32({static_cast<int64_t>(ids.size())}, ids.data())}});
   std::fprintf(stderr, "wrote logits %s to %s\n", logits.shape().str().c_str(), out_path.c_str());
   return 0;
 }

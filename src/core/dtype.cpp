@@ -50,8 +50,8 @@ float f16_to_f32(uint16_t h) {
       std::memcpy(&bits, &v, 4);
       bits |= sign;
     }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 31) {  // inf, or NaN made quiet with its payload kept (as F16C does)
+    bits = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
   } else {
     bits = sign | ((exp + 112) << 23) | (mant << 13);
   }

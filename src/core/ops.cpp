@@ -55,12 +55,14 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   expect_dtype(x, DType::kF32, "matmul", "x");
-  expect(w.defined() && is_float(w.dtype()), "matmul", "expected float weights, got " + (w.defined() ? w.str() : "none"));
+  expect(w.defined() && is_float(w.dtype()), "matmul",
+         "expected float weights, got " + (w.defined() ? w.str() : "none"));
   expect(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1), "matmul",
          "expected [T, K] x [N, K], got " + x.shape().str() + " x " + w.shape().str());
   if (bias.defined()) {
     expect_dtype(bias, DType::kF32, "matmul", "bias");
-    expect(bias.shape() == Shape({w.dim(0)}), "matmul", "expected bias [" + std::to_string(w.dim(0)) + "], got " + bias.str());
+    expect(bias.shape() == Shape({w.dim(0)}), "matmul",
+           "expected bias [" + std::to_string(w.dim(0)) + "], got " + bias.str());
   }
   expect_dtype(y, DType::kF32, "matmul", "y");
   expect(y.shape() == Shape({x.dim(0), w.dim(0)}), "matmul",
@@ -82,7 +84,8 @@ void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_fr
   expect_rank(x, 3, "rope", "x");
   expect_dtype(positions, DType::kI32, "rope", "positions");
   expect_dtype(inv_freq, DType::kF32, "rope", "inv_freq");
-  expect(positions.shape() == Shape({x.dim(0)}), "rope", "expected positions [T], got " + positions.str() + " for x " + x.str());
+  expect(positions.shape() == Shape({x.dim(0)}), "rope",
+         "expected positions [T], got " + positions.str() + " for x " + x.str());
   expect(inv_freq.rank() == 1 && 2 * inv_freq.dim(0) <= x.dim(2), "rope",
          "rotary dims " + std::to_string(2 * inv_freq.dim(0)) + " exceed head dim of " + x.str());
   backend_for(ctx.device).rope(ctx, x, positions, inv_freq, attention_factor);

@@ -1,5 +1,7 @@
 #include "formats/json_config.h"
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -7,9 +9,33 @@
 
 namespace hearth {
 
+// Nested objects share the parsed document rather than copying their subtree (a copy recurses
+// once per nesting level, and a hostile file can nest deeply enough to overflow the stack).
 struct JsonConfig::Impl {
-  nlohmann::json value;
+  std::shared_ptr<const nlohmann::json> root;
+  const nlohmann::json* value = nullptr;  // this object, inside *root
 };
+
+namespace {
+
+// Text from the file (keys, parser messages) as it may appear in a one-line message: control
+// characters escaped, long strings cut.
+std::string printable(const std::string& s, size_t max_chars = 200) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max_chars; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  if (s.size() > max_chars) out += "...";
+  return out;
+}
+
+}  // namespace
 
 JsonConfig::JsonConfig(std::shared_ptr<const Impl> impl, std::string path, std::string prefix)
     : impl_(std::move(impl)), path_(std::move(path)), prefix_(std::move(prefix)) {}
@@ -20,18 +46,19 @@ JsonConfig::~JsonConfig() = default;
 JsonConfig JsonConfig::load(const std::string& path) { return parse(read_text_file(path), path); }
 
 JsonConfig JsonConfig::parse(const std::string& text, const std::string& path) {
-  auto impl = std::make_shared<Impl>();
+  auto root = std::make_shared<nlohmann::json>();
   try {
-    impl->value = nlohmann::json::parse(text);
+    *root = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw FileError(path, std::string("not valid JSON: ") + e.what());
+    throw FileError(path, std::string("not valid JSON: ") + printable(e.what(), 400));
   }
-  if (!impl->value.is_object()) throw FileError(path, "expected a JSON object at the top level");
-  return JsonConfig(std::move(impl), path, "");
+  if (!root->is_object()) throw FileError(path, "expected a JSON object at the top level");
+  const nlohmann::json* value = root.get();
+  return JsonConfig(std::make_shared<const Impl>(Impl{std::move(root), value}), path, "");
 }
 
 void JsonConfig::fail(const std::string& key, const std::string& problem) const {
-  throw FileError(path_, "'" + prefix_ + key + "' " + problem);
+  throw FileError(path_, "'" + printable(prefix_ + key) + "' " + problem);
 }
 
 namespace {
@@ -40,32 +67,53 @@ const nlohmann::json* lookup(const nlohmann::json& obj, const std::string& key) 
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
 }
-std::string type_of(const nlohmann::json& v) { return std::string(v.type_name()) + " " + v.dump(); }
+// A value for an error message: scalars as JSON, containers by type only (dumping a nested
+// value recurses per level, and it may be huge).
+std::string type_of(const nlohmann::json& v) {
+  if (v.is_structured()) return v.type_name();
+  return std::string(v.type_name()) + " " + printable(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+// An integer JSON number as int64_t; nullopt when it is unsigned and past INT64_MAX.
+std::optional<int64_t> as_int64(const nlohmann::json& v) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::nullopt;
+  }
+  return v.get<int64_t>();
+}
 }  // namespace
 
-bool JsonConfig::has(const std::string& key) const { return lookup(impl_->value, key) != nullptr; }
+bool JsonConfig::has(const std::string& key) const { return lookup(*impl_->value, key) != nullptr; }
 
 int64_t JsonConfig::get_int(const std::string& key) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   if (v == nullptr) fail(key, "is missing");
-  if (v->is_number_integer()) return v->get<int64_t>();
-  // Some configs write integral floats ("num_hidden_layers": 2.0).
-  if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>()))) {
-    return static_cast<int64_t>(v->get<double>());
+  if (v->is_number_integer()) {
+    if (auto n = as_int64(*v)) return *n;
+    fail(key, "is out of range: " + v->dump());
+  }
+  // Some configs write integral floats ("num_hidden_layers": 2.0). Range-check before the
+  // cast: converting an out-of-range double to int64_t is undefined.
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return static_cast<int64_t>(d);
   }
   fail(key, "expected an integer, got " + type_of(*v));
 }
 
-int64_t JsonConfig::get_int(const std::string& key, int64_t fallback) const { return has(key) ? get_int(key) : fallback; }
+int64_t JsonConfig::get_int(const std::string& key, int64_t fallback) const {
+  return has(key) ? get_int(key) : fallback;
+}
 
 double JsonConfig::get_float(const std::string& key) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   if (v == nullptr) fail(key, "is missing");
   if (!v->is_number()) fail(key, "expected a number, got " + type_of(*v));
   return v->get<double>();
 }
 
-double JsonConfig::get_float(const std::string& key, double fallback) const { return has(key) ? get_float(key) : fallback; }
+double JsonConfig::get_float(const std::string& key, double fallback) const {
+  return has(key) ? get_float(key) : fallback;
+}
 
 std::optional<double> JsonConfig::get_float_opt(const std::string& key) const {
   if (!has(key)) return std::nullopt;
@@ -73,14 +121,14 @@ std::optional<double> JsonConfig::get_float_opt(const std::string& key) const {
 }
 
 bool JsonConfig::get_bool(const std::string& key, bool fallback) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   if (v == nullptr) return fallback;
   if (!v->is_boolean()) fail(key, "expected true or false, got " + type_of(*v));
   return v->get<bool>();
 }
 
 std::string JsonConfig::get_string(const std::string& key) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   if (v == nullptr) fail(key, "is missing");
   if (!v->is_string()) fail(key, "expected a string, got " + type_of(*v));
   return v->get<std::string>();
@@ -91,20 +139,25 @@ std::string JsonConfig::get_string(const std::string& key, const std::string& fa
 }
 
 std::vector<int64_t> JsonConfig::get_int_list(const std::string& key) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   std::vector<int64_t> out;
   if (v == nullptr) return out;
-  if (v->is_number_integer()) return {v->get<int64_t>()};
+  if (v->is_number_integer()) {
+    if (auto n = as_int64(*v)) return {*n};
+    fail(key, "is out of range: " + v->dump());
+  }
   if (!v->is_array()) fail(key, "expected an integer or a list of integers, got " + type_of(*v));
   for (const auto& e : *v) {
     if (!e.is_number_integer()) fail(key, "expected a list of integers, found " + type_of(e));
-    out.push_back(e.get<int64_t>());
+    const std::optional<int64_t> n = as_int64(e);
+    if (!n) fail(key, "has an out-of-range element " + e.dump());
+    out.push_back(*n);
   }
   return out;
 }
 
 std::vector<std::string> JsonConfig::get_string_list(const std::string& key) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   std::vector<std::string> out;
   if (v == nullptr) return out;
   if (!v->is_array()) fail(key, "expected a list of strings, got " + type_of(*v));
@@ -116,23 +169,21 @@ std::vector<std::string> JsonConfig::get_string_list(const std::string& key) con
 }
 
 std::optional<JsonConfig> JsonConfig::object(const std::string& key) const {
-  const nlohmann::json* v = lookup(impl_->value, key);
+  const nlohmann::json* v = lookup(*impl_->value, key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_object()) fail(key, "expected an object, got " + type_of(*v));
-  auto impl = std::make_shared<Impl>();
-  impl->value = *v;
-  return JsonConfig(std::move(impl), path_, prefix_ + key + ".");
+  return JsonConfig(std::make_shared<const Impl>(Impl{impl_->root, v}), path_, prefix_ + key + ".");
 }
 
 std::vector<std::pair<std::string, std::string>> JsonConfig::string_items() const {
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto it = impl_->value.begin(); it != impl_->value.end(); ++it) {
+  for (auto it = impl_->value->begin(); it != impl_->value->end(); ++it) {
     if (!it->is_string()) fail(it.key(), "expected a string, got " + type_of(*it));
     out.emplace_back(it.key(), it->get<std::string>());
   }
   return out;
 }
 
-std::string JsonConfig::dump() const { return impl_->value.dump(); }
+std::string JsonConfig::dump() const { return impl_->value->dump(); }
 
 }  // namespace hearth

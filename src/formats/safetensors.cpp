@@ -23,7 +23,32 @@ constexpr DTypeName kDTypes[] = {{"F32", DType::kF32}, {"BF16", DType::kBF16}, {
                                  {"I32", DType::kI32}, {"U32", DType::kU32},   {"U8", DType::kU8},
                                  {"I64", DType::kI64}};
 // Valid safetensors dtypes that Hearth does not load.
-constexpr const char* kKnownUnsupported[] = {"F64", "I8", "I16", "U16", "U64", "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+constexpr const char* kKnownUnsupported[] = {"F64",     "I8",      "I16", "U16",     "U64",     "BOOL", "F8_E4M3",
+                                             "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+
+// Text from the file (tensor names, dtype strings) as it may appear in a one-line message:
+// control characters escaped, long strings cut.
+std::string printable(const std::string& s, size_t max_chars = 200) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max_chars; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  if (s.size() > max_chars) out += "...";
+  return out;
+}
+
+// A header value for an error message: scalars as JSON, containers by type only (a nested
+// value may be huge or deep enough that dumping it would overflow the stack).
+std::string describe(const json& v) {
+  if (v.is_structured()) return v.type_name();
+  return printable(v.dump(-1, ' ', false, json::error_handler_t::replace));
+}
 
 const char* safetensors_name(DType t) {
   for (const auto& d : kDTypes)
@@ -36,54 +61,60 @@ DType parse_dtype(const std::string& s, const std::string& tensor, const std::st
     if (s == d.name) return d.dtype;
   for (const char* u : kKnownUnsupported)
     if (s == u) throw FileError(path, "tensor '" + tensor + "' has dtype " + s + ", which Hearth does not load");
-  throw FileError(path, "tensor '" + tensor + "' has unknown dtype '" + s + "'");
+  throw FileError(path, "tensor '" + tensor + "' has unknown dtype '" + printable(s) + "'");
 }
 
 uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& path, const std::string& tensor) {
-  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) throw FileError(path, "tensor '" + tensor + "': size overflows");
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a)
+    throw FileError(path, "tensor '" + tensor + "': size overflows");
   return a * b;
 }
 
 uint64_t as_u64(const json& v, const std::string& path, const std::string& what) {
-  if (!v.is_number_integer()) throw FileError(path, what + ": expected an integer, got " + v.dump());
+  if (!v.is_number_integer()) throw FileError(path, what + ": expected an integer, got " + describe(v));
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   const int64_t s = v.get<int64_t>();
   if (s < 0) throw FileError(path, what + ": negative value " + std::to_string(s));
   return static_cast<uint64_t>(s);
 }
 
-SafetensorsEntry parse_entry(const std::string& name, const json& v, const std::string& path) {
+SafetensorsEntry parse_entry(const std::string& key, const json& v, const std::string& path) {
+  const std::string name = printable(key);  // for messages; the entry keeps the key as is
   if (!v.is_object()) throw FileError(path, "tensor '" + name + "': expected an object in the header");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     if (!v.contains(key)) throw FileError(path, "tensor '" + name + "': missing '" + key + "'");
   }
   SafetensorsEntry e;
-  e.name = name;
+  e.name = key;
   if (!v["dtype"].is_string()) throw FileError(path, "tensor '" + name + "': dtype is not a string");
   e.dtype = parse_dtype(v["dtype"].get<std::string>(), name, path);
   const json& shape = v["shape"];
   if (!shape.is_array()) throw FileError(path, "tensor '" + name + "': shape is not an array");
   if (shape.size() > static_cast<size_t>(Shape::kMaxRank)) {
-    throw FileError(path, "tensor '" + name + "': rank " + std::to_string(shape.size()) + " exceeds " + std::to_string(Shape::kMaxRank));
+    throw FileError(path, "tensor '" + name + "': rank " + std::to_string(shape.size()) + " exceeds " +
+                              std::to_string(Shape::kMaxRank));
   }
   std::vector<int64_t> dims;
   uint64_t numel = 1;
   for (const json& d : shape) {
     const uint64_t n = as_u64(d, path, "tensor '" + name + "' shape");
-    if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) throw FileError(path, "tensor '" + name + "': dimension too large");
+    if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw FileError(path, "tensor '" + name + "': dimension too large");
     numel = checked_mul(numel, n, path, name);
     dims.push_back(static_cast<int64_t>(n));
   }
   e.shape = Shape::from(dims.begin(), dims.end());
   const json& off = v["data_offsets"];
-  if (!off.is_array() || off.size() != 2) throw FileError(path, "tensor '" + name + "': data_offsets must be [begin, end]");
+  if (!off.is_array() || off.size() != 2)
+    throw FileError(path, "tensor '" + name + "': data_offsets must be [begin, end]");
   e.begin = as_u64(off[0], path, "tensor '" + name + "' data_offsets");
   e.end = as_u64(off[1], path, "tensor '" + name + "' data_offsets");
   if (e.end < e.begin) throw FileError(path, "tensor '" + name + "': data_offsets end before begin");
   const uint64_t bytes = checked_mul(numel, dtype_size(e.dtype), path, name);
   if (e.end - e.begin != bytes) {
-    throw FileError(path, "tensor '" + name + "': shape " + e.shape.str() + " of " + std::string(dtype_name(e.dtype)) + " needs " +
-                              std::to_string(bytes) + " bytes, data_offsets span " + std::to_string(e.end - e.begin));
+    throw FileError(path, "tensor '" + name + "': shape " + e.shape.str() + " of " + std::string(dtype_name(e.dtype)) +
+                              " needs " + std::to_string(bytes) + " bytes, data_offsets span " +
+                              std::to_string(e.end - e.begin));
   }
   return e;
 }
@@ -91,18 +122,20 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, const std::
 }  // namespace
 
 SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& path) {
-  if (size < 8) throw FileError(path, "truncated: " + std::to_string(size) + " bytes, too short for a safetensors header");
+  if (size < 8)
+    throw FileError(path, "truncated: " + std::to_string(size) + " bytes, too short for a safetensors header");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
   if (n > kMaxHeaderBytes) throw FileError(path, "header length " + std::to_string(n) + " exceeds the 100 MiB limit");
   if (n > size - 8) {
-    throw FileError(path, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) + " bytes)");
+    throw FileError(path, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                              std::to_string(size) + " bytes)");
   }
   json header;
   try {
     header = json::parse(data + 8, data + 8 + n);
   } catch (const json::parse_error& e) {
-    throw FileError(path, std::string("header is not valid JSON: ") + e.what());
+    throw FileError(path, std::string("header is not valid JSON: ") + printable(e.what(), 400));
   }
   if (!header.is_object()) throw FileError(path, "header is not a JSON object");
   SafetensorsHeader h;
@@ -111,7 +144,8 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
     if (it.key() == "__metadata__") {
       if (!it->is_object()) throw FileError(path, "__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) throw FileError(path, "__metadata__ value for '" + m.key() + "' is not a string");
+        if (!m->is_string())
+          throw FileError(path, "__metadata__ value for '" + printable(m.key()) + "' is not a string");
         h.metadata[m.key()] = m->get<std::string>();
       }
       continue;
@@ -119,22 +153,25 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
     h.tensors.push_back(parse_entry(it.key(), *it, path));
   }
   // Tensors must tile the data section exactly: sorted, contiguous, no overlap, no gap.
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(h.tensors.begin(), h.tensors.end(),
+            [](const auto& a, const auto& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   const uint64_t data_size = size - h.data_offset;
   uint64_t expected = 0;
   for (const SafetensorsEntry& e : h.tensors) {
-    if (e.begin < expected) throw FileError(path, "tensor '" + e.name + "' overlaps the tensor before it");
-    if (e.begin > expected) throw FileError(path, "gap of " + std::to_string(e.begin - expected) + " bytes before tensor '" + e.name + "'");
+    if (e.begin < expected) throw FileError(path, "tensor '" + printable(e.name) + "' overlaps the tensor before it");
+    if (e.begin > expected)
+      throw FileError(
+          path, "gap of " + std::to_string(e.begin - expected) + " bytes before tensor '" + printable(e.name) + "'");
     if (e.end > data_size) {
-      throw FileError(path, "tensor '" + e.name + "' data [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                ") lies outside the " + std::to_string(data_size) + "-byte data section (truncated file?)");
+      throw FileError(path, "tensor '" + printable(e.name) + "' data [" + std::to_string(e.begin) + ", " +
+                                std::to_string(e.end) + ") lies outside the " + std::to_string(data_size) +
+                                "-byte data section (truncated file?)");
     }
     expected = e.end;
   }
   if (expected != data_size) {
-    throw FileError(path, std::to_string(data_size - expected) + " bytes after the last tensor are not described by the header");
+    throw FileError(
+        path, std::to_string(data_size - expected) + " bytes after the last tensor are not described by the header");
   }
   return h;
 }
@@ -168,7 +205,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   for (const auto& [name, t] : tensors) {
     std::vector<int64_t> shape;
     for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
-    header[name] = {{"dtype", safetensors_name(t.dtype())}, {"shape", shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    header[name] = {
+        {"dtype", safetensors_name(t.dtype())}, {"shape", shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
   std::string text = header.dump();

@@ -1,5 +1,6 @@
 #include "formats/weight_store.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "base/error.h"
@@ -10,13 +11,31 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Names from the files (tensors, shards) as they may appear in a one-line message: control
+// characters escaped, long names cut.
+std::string printable(const std::string& s) {
+  constexpr size_t kMax = 200;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  if (s.size() > kMax) out += "...";
+  return out;
+}
+
 void add_file(std::vector<std::shared_ptr<SafetensorsFile>>& files,
               std::map<std::string, std::pair<size_t, const SafetensorsEntry*>>& where, const std::string& path) {
   files.push_back(SafetensorsFile::open(path));
   const size_t idx = files.size() - 1;
   for (const SafetensorsEntry& e : files.back()->header().tensors) {
     if (!where.emplace(e.name, std::make_pair(idx, &e)).second) {
-      throw FileError(path, "tensor '" + e.name + "' also appears in " + files[where[e.name].first]->path());
+      throw FileError(path, "tensor '" + printable(e.name) + "' also appears in " + files[where[e.name].first]->path());
     }
   }
 }
@@ -38,18 +57,21 @@ WeightStore WeightStore::open_dir(const std::string& dir) {
     std::set<std::string> shards;
     for (const auto& [tensor, shard] : map->string_items()) shards.insert(shard);
     for (const std::string& shard : shards) {
-      if (shard.find('/') != std::string::npos || shard == ".." || shard.empty()) {
-        throw FileError(index.string(), "shard name '" + shard + "' is not a plain file name");
+      const bool control =
+          std::any_of(shard.begin(), shard.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+      if (shard.find('/') != std::string::npos || shard == ".." || shard.empty() || control) {
+        throw FileError(index.string(), "shard name '" + printable(shard) + "' is not a plain file name");
       }
       add_file(store.files_, store.where_, (root / shard).string());
     }
     // Every tensor the index lists must exist in the shard it names.
     for (const auto& [tensor, shard] : map->string_items()) {
       auto it = store.where_.find(tensor);
-      if (it == store.where_.end()) throw FileError(index.string(), "lists tensor '" + tensor + "' that is in no shard");
+      if (it == store.where_.end())
+        throw FileError(index.string(), "lists tensor '" + printable(tensor) + "' that is in no shard");
       if (fs::path(store.files_[it->second.first]->path()).filename() != shard) {
-        throw FileError(index.string(), "says tensor '" + tensor + "' is in " + shard + ", found in " +
-                                            store.files_[it->second.first]->path());
+        throw FileError(index.string(), "says tensor '" + printable(tensor) + "' is in " + printable(shard) +
+                                            ", found in " + store.files_[it->second.first]->path());
       }
     }
   } else if (fs::exists(single)) {

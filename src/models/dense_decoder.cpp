@@ -25,7 +25,8 @@ DecoderArgs DecoderArgs::parse_common(const JsonConfig& c) {
   if (c.has("head_dim")) {
     a.attention.head_dim = positive(c, "head_dim", c.get_int("head_dim"));
   } else {
-    if (a.hidden % a.attention.n_heads != 0) throw FileError(c.path(), "'hidden_size' is not divisible by 'num_attention_heads'");
+    if (a.hidden % a.attention.n_heads != 0)
+      throw FileError(c.path(), "'hidden_size' is not divisible by 'num_attention_heads'");
     a.attention.head_dim = a.hidden / a.attention.n_heads;
   }
   if (a.attention.n_heads % a.attention.n_kv_heads != 0) {
@@ -44,7 +45,8 @@ void DecoderArgs::windows_from_layer_types(const JsonConfig& c) {
   const std::vector<std::string> types = c.get_string_list("layer_types");
   if (types.empty()) return;
   if (static_cast<int64_t>(types.size()) != n_layers) {
-    throw FileError(c.path(), "'layer_types' has " + std::to_string(types.size()) + " entries for " + std::to_string(n_layers) + " layers");
+    throw FileError(c.path(), "'layer_types' has " + std::to_string(types.size()) + " entries for " +
+                                  std::to_string(n_layers) + " layers");
   }
   for (size_t i = 0; i < types.size(); ++i) {
     if (types[i] == "sliding_attention") {
@@ -59,7 +61,8 @@ void DecoderArgs::qwen_windows(const JsonConfig& c) {
   if (c.has("layer_types")) return windows_from_layer_types(c);
   if (!c.get_bool("use_sliding_window", false)) return;
   const int32_t window = static_cast<int32_t>(positive(c, "sliding_window", c.get_int("sliding_window")));
-  for (int64_t i = c.get_int("max_window_layers", n_layers); i < n_layers; ++i) windows[static_cast<size_t>(i)] = window;
+  for (int64_t i = c.get_int("max_window_layers", n_layers); i < n_layers; ++i)
+    windows[static_cast<size_t>(i)] = window;
 }
 
 DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, const WeightLoader& w) : args_(args) {

@@ -24,8 +24,8 @@ struct ModelInfo {
   int64_t n_layers = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t max_context = 0;     // max_position_embeddings
-  uint64_t weight_bytes = 0;   // bytes of all weights as stored
+  int64_t max_context = 0;      // max_position_embeddings
+  uint64_t weight_bytes = 0;    // bytes of all weights as stored
   GenerationConfig generation;  // sampling defaults and eos ids
 };
 

@@ -13,7 +13,8 @@ std::unique_ptr<Model> make_qwen3(const JsonConfig& c, const WeightLoader& w) {
   for (int64_t i = 0; i < args.n_layers; ++i) {
     const Attention& a = model->attention(i);
     if (!a.q_norm.defined() || !a.k_norm.defined()) {
-      throw FileError(w.store().source(), "qwen3 layer " + std::to_string(i) + " lacks self_attn.q_norm/k_norm weights");
+      throw FileError(w.store().source(),
+                      "qwen3 layer " + std::to_string(i) + " lacks self_attn.q_norm/k_norm weights");
     }
   }
   return model;

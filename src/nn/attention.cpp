@@ -8,8 +8,8 @@ namespace hearth {
 
 Attention Attention::load(const WeightLoader& w, const std::string& prefix, const AttentionShape& s, float norm_eps) {
   if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_heads % s.n_kv_heads != 0) {
-    throw InputError(w.store().source() + ": attention needs heads divisible by kv heads, got " + std::to_string(s.n_heads) +
-                     " and " + std::to_string(s.n_kv_heads));
+    throw InputError(w.store().source() + ": attention needs heads divisible by kv heads, got " +
+                     std::to_string(s.n_heads) + " and " + std::to_string(s.n_kv_heads));
   }
   Attention a;
   a.shape = s;

@@ -20,8 +20,8 @@ struct Attention {
   Linear q, k, v, o;  // biases present when the checkpoint has them
   RmsNorm q_norm;     // per-head norms over head_dim; undefined when the model has none
   RmsNorm k_norm;
-  float scale = 1.0f;   // softmax scale, usually 1/sqrt(head_dim)
-  int32_t window = 0;   // sliding window in tokens; 0 = full causal
+  float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
+  int32_t window = 0;  // sliding window in tokens; 0 = full causal
 
   // Loads PREFIX.{q,k,v,o}_proj and, when present, PREFIX.{q,k}_norm.
   static Attention load(const WeightLoader& w, const std::string& prefix, const AttentionShape& shape, float norm_eps);

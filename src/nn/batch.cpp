@@ -19,15 +19,17 @@ Batch Batch::build(const std::vector<SeqStep>& seqs, int64_t block_size) {
     const SeqStep& s = seqs[static_cast<size_t>(si)];
     const int64_t end = s.context_len + static_cast<int64_t>(s.tokens.size());
     if (s.context_len < 0 || end > static_cast<int64_t>(s.blocks.size()) * block_size) {
-      throw InputError("batch: sequence " + std::to_string(si) + " needs " + std::to_string(end) + " cache slots, its " +
-                       std::to_string(s.blocks.size()) + " blocks hold " + std::to_string(s.blocks.size() * block_size));
+      throw InputError("batch: sequence " + std::to_string(si) + " needs " + std::to_string(end) +
+                       " cache slots, its " + std::to_string(s.blocks.size()) + " blocks hold " +
+                       std::to_string(s.blocks.size() * block_size));
     }
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       const int64_t pos = s.context_len + static_cast<int64_t>(i);
       if (s.all_logits || i + 1 == s.tokens.size()) rows.push_back(static_cast<int32_t>(tokens.size()));
       tokens.push_back(s.tokens[i]);
       positions.push_back(static_cast<int32_t>(pos));
-      slots.push_back(static_cast<int32_t>(s.blocks[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size));
+      slots.push_back(
+          static_cast<int32_t>(s.blocks[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size));
     }
     starts.push_back(static_cast<int32_t>(tokens.size()));
     ctx.push_back(s.context_len);

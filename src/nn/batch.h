@@ -19,11 +19,11 @@ struct SeqStep {
 };
 
 struct Batch {
-  Tensor tokens;            // [T] i32
-  Tensor positions;         // [T] i32: absolute positions (= cache index for these models)
-  Tensor slots;             // [T] i32: KV slot each new token is written to
-  ops::AttentionBatch attn; // seq_starts [S+1], context_lens [S], block_tables [S, max_blocks]
-  Tensor logits_rows;       // [R] i32: rows of the batch that need logits
+  Tensor tokens;             // [T] i32
+  Tensor positions;          // [T] i32: absolute positions (= cache index for these models)
+  Tensor slots;              // [T] i32: KV slot each new token is written to
+  ops::AttentionBatch attn;  // seq_starts [S+1], context_lens [S], block_tables [S, max_blocks]
+  Tensor logits_rows;        // [R] i32: rows of the batch that need logits
   int64_t n_tokens() const { return tokens.dim(0); }
 
   // Throws InputError when a sequence's blocks cannot hold its tokens.

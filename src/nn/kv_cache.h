@@ -13,7 +13,8 @@ struct KvCache {
   int64_t block_size = 0;
   std::vector<ops::KvLayer> layers;
 
-  static KvCache allocate(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads, int64_t head_dim) {
+  static KvCache allocate(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+                          int64_t head_dim) {
     KvCache c;
     c.n_blocks = n_blocks;
     c.block_size = block_size;

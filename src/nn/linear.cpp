@@ -7,8 +7,8 @@ namespace hearth {
 Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols) const {
   Tensor t = store_.get(name);
   if (t.shape() != Shape({rows, cols})) {
-    throw FileError(store_.source(), "tensor '" + name + "' has shape " + t.shape().str() + ", expected " +
-                                         Shape({rows, cols}).str());
+    throw FileError(store_.source(),
+                    "tensor '" + name + "' has shape " + t.shape().str() + ", expected " + Shape({rows, cols}).str());
   }
   if (!is_float(t.dtype())) {
     throw FileError(store_.source(), "tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
@@ -21,7 +21,8 @@ Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols)
 Tensor WeightLoader::vector_f32(const std::string& name, int64_t n) const {
   Tensor t = store_.get(name);
   if (t.shape() != Shape({n})) {
-    throw FileError(store_.source(), "tensor '" + name + "' has shape " + t.shape().str() + ", expected " + Shape({n}).str());
+    throw FileError(store_.source(),
+                    "tensor '" + name + "' has shape " + t.shape().str() + ", expected " + Shape({n}).str());
   }
   if (!is_float(t.dtype())) {
     throw FileError(store_.source(), "tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +

@@ -43,14 +43,14 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 
 // YaRN (https://arxiv.org/abs/2309.00071), as transformers _compute_yarn_parameters.
 float apply_yarn(std::vector<double>& f, const JsonConfig& p, double base, int64_t dim, const JsonConfig& config) {
-  const double omp = p.has("original_max_position_embeddings")
-                         ? p.get_float("original_max_position_embeddings")
-                         : config.get_float("max_position_embeddings");
+  const double omp = p.has("original_max_position_embeddings") ? p.get_float("original_max_position_embeddings")
+                                                               : config.get_float("max_position_embeddings");
   const double factor = p.has("factor") ? p.get_float("factor") : config.get_float("max_position_embeddings") / omp;
   double attention_factor;
   if (p.has("attention_factor")) {
     attention_factor = p.get_float("attention_factor");
-  } else if (p.has("mscale") && p.has("mscale_all_dim") && p.get_float("mscale") != 0 && p.get_float("mscale_all_dim") != 0) {
+  } else if (p.has("mscale") && p.has("mscale_all_dim") && p.get_float("mscale") != 0 &&
+             p.get_float("mscale_all_dim") != 0) {
     attention_factor = yarn_mscale(factor, p.get_float("mscale")) / yarn_mscale(factor, p.get_float("mscale_all_dim"));
   } else {
     attention_factor = yarn_mscale(factor, 1.0);
@@ -99,7 +99,8 @@ Rope Rope::from_config(const JsonConfig& config, int64_t head_dim) {
   if (!(partial > 0 && partial <= 1)) throw FileError(config.path(), "partial_rotary_factor must be in (0, 1]");
   if (!(base > 0)) throw FileError(config.path(), "rope_theta must be positive");
   const int64_t dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
-  if (dim < 2 || dim % 2 != 0) throw FileError(config.path(), "rotary dimension " + std::to_string(dim) + " must be even and >= 2");
+  if (dim < 2 || dim % 2 != 0)
+    throw FileError(config.path(), "rotary dimension " + std::to_string(dim) + " must be even and >= 2");
   std::vector<double> f = base_inv_freq(base, dim);
   float attention_factor = 1.0f;
   if (type == "default") {
@@ -111,7 +112,8 @@ Rope Rope::from_config(const JsonConfig& config, int64_t head_dim) {
   } else if (type == "yarn") {
     attention_factor = apply_yarn(f, *params, base, dim, config);
   } else {
-    throw Unsupported(config.path() + ": rope_type '" + type + "' is not supported (default, linear, llama3, yarn are)");
+    throw Unsupported(config.path() + ": rope_type '" + type +
+                      "' is not supported (default, linear, llama3, yarn are)");
   }
   Rope r;
   r.type = type;

@@ -11,8 +11,8 @@
 namespace hearth {
 
 struct Rope {
-  Tensor inv_freq;               // [rotary_dim / 2] f32
-  float attention_factor = 1.0f; // multiplies cos and sin (YaRN)
+  Tensor inv_freq;                // [rotary_dim / 2] f32
+  float attention_factor = 1.0f;  // multiplies cos and sin (YaRN)
   std::string type = "default";
   int64_t rotary_dim() const { return 2 * inv_freq.dim(0); }
 

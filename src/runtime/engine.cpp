@@ -31,8 +31,9 @@ void Engine::reserve(Sequence& seq, int64_t n_total) {
   while (static_cast<int64_t>(seq.blocks.size()) < need) {
     auto b = pool_.allocate();
     if (!b) {
-      throw InputError("KV cache full: " + std::to_string(n_total) + " tokens need " + std::to_string(need) + " blocks of " +
-                       std::to_string(options_.block_size) + ", " + std::to_string(pool_.n_free()) + " free");
+      throw InputError("KV cache full: " + std::to_string(n_total) + " tokens need " + std::to_string(need) +
+                       " blocks of " + std::to_string(options_.block_size) + ", " + std::to_string(pool_.n_free()) +
+                       " free");
     }
     seq.blocks.push_back(*b);
   }

@@ -23,7 +23,8 @@ GenerationStream::GenerationStream(Engine& engine, GenerationRequest request)
   if (request_.prefill_chunk <= 0) throw InputError("prefill chunk must be positive");
   const int64_t vocab = engine_.model().info().vocab_size;
   for (int32_t t : request_.prompt) {
-    if (t < 0 || t >= vocab) throw InputError("prompt token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(vocab));
+    if (t < 0 || t >= vocab)
+      throw InputError("prompt token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(vocab));
   }
   seq_.tokens = request_.prompt;
   stats_.prompt_tokens = static_cast<int64_t>(request_.prompt.size());

@@ -22,9 +22,13 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   }
   // Candidates sorted by logit, best first; top-k cuts the list.
   scratch_.resize(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) scratch_[static_cast<size_t>(i)] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
-  const size_t k = params_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(params_.top_k), scratch_.size()) : scratch_.size();
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  for (int64_t i = 0; i < vocab; ++i)
+    scratch_[static_cast<size_t>(i)] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
+  const size_t k =
+      params_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(params_.top_k), scratch_.size()) : scratch_.size();
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   std::partial_sort(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k), scratch_.end(), by_logit);
   scratch_.resize(k);
   // Softmax over the kept candidates.

@@ -29,7 +29,8 @@ HEARTH_AVX512 void silu_mul_avx512(const float* g, const float* u, int64_t n, fl
     const __mmask16 m = simd::tail_mask16(n - i);
     const __m512 vg = simd::load16_f32(g + i, m);
     const __m512 e = simd::exp16(_mm512_sub_ps(_mm512_setzero_ps(), vg));
-    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(vg, _mm512_add_ps(one, e)), simd::load16_f32(u + i, m)));
+    _mm512_mask_storeu_ps(out + i, m,
+                          _mm512_mul_ps(_mm512_div_ps(vg, _mm512_add_ps(one, e)), simd::load16_f32(u + i, m)));
   }
 }
 

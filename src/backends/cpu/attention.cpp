@@ -20,7 +20,8 @@ void axpy_scalar(float* out, float p, const float* v, int64_t n) {
 HEARTH_AVX2 void axpy_avx2(float* out, float p, const float* v, int64_t n) {
   const __m256 vp = _mm256_set1_ps(p);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
   axpy_scalar(out + i, p, v + i, n - i);
 }
 HEARTH_AVX512 void axpy_avx512(float* out, float p, const float* v, int64_t n) {
@@ -88,7 +89,8 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
   std::vector<int32_t> row_seq(static_cast<size_t>(a.T));
   int64_t max_ctx = 1;
   for (int64_t s = 0; s < a.n_seqs; ++s) {
-    for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; ++t) row_seq[static_cast<size_t>(t)] = static_cast<int32_t>(s);
+    for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; ++t)
+      row_seq[static_cast<size_t>(t)] = static_cast<int32_t>(s);
     max_ctx = std::max<int64_t>(max_ctx, a.context_lens[s] + a.seq_starts[s + 1] - a.seq_starts[s]);
   }
   auto run = [&](int64_t begin, int64_t end) {

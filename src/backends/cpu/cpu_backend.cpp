@@ -19,7 +19,8 @@ class CpuBackend final : public Backend {
     const size_t row_bytes = static_cast<size_t>(D) * dtype_size(table.dtype());
     for (int64_t t = 0; t < T; ++t) {
       const int32_t id = ids.data<int32_t>()[t];
-      if (id < 0 || id >= V) throw InputError("embedding: token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(V));
+      if (id < 0 || id >= V)
+        throw InputError("embedding: token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(V));
       convert_row(isa, base + static_cast<size_t>(id) * row_bytes, table.dtype(), D, out.data<float>() + t * D);
     }
     (void)ctx;
@@ -86,7 +87,8 @@ class CpuBackend final : public Backend {
   void argmax(Context&, const Tensor& x, Tensor& ids) override {
     const Isa isa = active_isa();
     const int64_t R = x.dim(0), V = x.dim(1);
-    for (int64_t r = 0; r < R; ++r) ids.data<int32_t>()[r] = static_cast<int32_t>(argmax_row(isa, x.data<float>() + r * V, V));
+    for (int64_t r = 0; r < R; ++r)
+      ids.data<int32_t>()[r] = static_cast<int32_t>(argmax_row(isa, x.data<float>() + r * V, V));
   }
 
   void softmax(Context&, Tensor& x) override {

@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "base/error.h"
+#include "base/strings.h"
+#include "base/thread_pool.h"
+#include "cli/flags.h"
+
+namespace hearth {
+namespace {
+
+TEST(Strings, StrictIntegerLists) {
+  EXPECT_EQ(parse_int_list("1,2,3", "x"), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(parse_int_list("", "x").empty());
+  EXPECT_THROW(parse_int_list("1,,2", "x"), InputError);
+  EXPECT_THROW(parse_int_list("1,2a", "x"), InputError);
+  EXPECT_THROW(parse_int_list("99999999999", "x"), InputError);
+  EXPECT_FALSE(parse_int("1.5"));
+  EXPECT_EQ(parse_double("0.25"), 0.25);
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+    }
+  }
+}
+
+TEST(Flags, ParsesTypedValuesAndRefusesUnknownFlags) {
+  std::string model;
+  int64_t n = 0;
+  double t = 0;
+  bool sw = false;
+  cli::Flags f("verb", "", "");
+  f.positional("model", "", &model);
+  f.add("model", "", &model);
+  f.require("model");
+  f.add("n", "", &n);
+  f.add("t", "", &t);
+  f.add("sw", "", &sw);
+  EXPECT_TRUE(f.parse({"m", "--n", "3", "--t=0.5", "--sw"}));
+  EXPECT_EQ(model, "m");
+  EXPECT_EQ(n, 3);
+  EXPECT_EQ(t, 0.5);
+  EXPECT_TRUE(sw);
+  auto parse = [](std::vector<std::string> args) {
+    std::string model;
+    int64_t n = 0;
+    bool sw = false;
+    cli::Flags f("verb", "", "");
+    f.add("model", "", &model);
+    f.require("model");
+    f.add("n", "", &n);
+    f.add("sw", "", &sw);
+    return f.parse(args);
+  };
+  EXPECT_THROW(parse({"--model", "m", "--bogus", "1"}), InputError);
+  EXPECT_THROW(parse({"--model", "m", "--n", "x"}), InputError);
+  EXPECT_THROW(parse({"--model", "m", "--n"}), InputError);
+  EXPECT_THROW(parse({"--n", "1"}), InputError);  // required --model missing
+  EXPECT_THROW(parse({"--model", "m", "--sw=1"}), InputError);
+  EXPECT_THROW(parse({"--model", "m", "--model", "n"}), InputError);
+  EXPECT_THROW(parse({"--model", "m", "stray"}), InputError);
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,0 +1,43 @@
+#include "base/knobs.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+
+namespace hearth {
+namespace {
+
+TEST(Knobs, OverrideIsScopedAndRestored) {
+  const std::string before = knob_text("HEARTH_ISA");
+  {
+    const KnobOverride o("HEARTH_ISA", "scalar");
+    EXPECT_EQ(knobs::isa(), "scalar");
+    {
+      const KnobOverride inner("HEARTH_ISA", "avx2");
+      EXPECT_EQ(knobs::isa(), "avx2");
+    }
+    EXPECT_EQ(knobs::isa(), "scalar");
+  }
+  EXPECT_EQ(knob_text("HEARTH_ISA"), before);
+}
+
+TEST(Knobs, UndeclaredKnobIsAnError) { EXPECT_THROW(knob_text("HEARTH_NOPE"), InputError); }
+
+TEST(Knobs, BadThreadCountIsAnError) {
+  const KnobOverride o("HEARTH_THREADS", "many");
+  EXPECT_THROW(knobs::threads(), InputError);
+}
+
+// docs/knobs.md is generated from the declarations (`hearth knobs --markdown`).
+TEST(Knobs, DocsAreInSync) {
+  std::ifstream in(std::string(HEARTH_SOURCE_DIR) + "/docs/knobs.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), knobs_markdown()) << "regenerate with: build/hearth knobs --markdown > docs/knobs.md";
+}
+
+}  // namespace
+}  // namespace hearth
