@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Hearth and runs every test:
 #   1. Release build (GCC): unit, kernel, format, model-parity tests and the clang-format check
-#   2. ASan + UBSan build of the same tests
+#   2. clang build with ASan + UBSan of the same tests (also proves clang builds warning-free)
 #   3. clang build of the libFuzzer targets, each fuzzed for a bounded number of runs
 # Usage: scripts/test.sh [release|asan|fuzz|clang ...]   (default: release asan fuzz)
 set -euo pipefail

@@ -40,25 +40,19 @@ std::shared_ptr<Storage> allocate_zeroed(size_t bytes) {
 
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::owning(const Shape& shape, DType dtype, bool zeroed) {
   HEARTH_CHECK(shape.numel() >= 0);
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   Tensor t;
-  t.storage_ = allocate(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  t.storage_ = zeroed ? allocate_zeroed(bytes) : allocate(bytes);
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.owned_ = true;
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  HEARTH_CHECK(shape.numel() >= 0);
-  Tensor t;
-  t.storage_ = allocate_zeroed(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
-  t.shape_ = shape;
-  t.dtype_ = dtype;
-  t.owned_ = true;
-  return t;
-}
+Tensor Tensor::empty(const Shape& shape, DType dtype) { return owning(shape, dtype, false); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype) { return owning(shape, dtype, true); }
 
 Tensor Tensor::view_of(const void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keepalive) {
   Tensor t;

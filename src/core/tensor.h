@@ -66,6 +66,8 @@ class Tensor {
   std::string str() const;  // "f32[4, 64]"
 
  private:
+  static Tensor owning(const Shape& shape, DType dtype, bool zeroed);
+
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;
   Shape shape_;

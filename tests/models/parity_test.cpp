@@ -34,7 +34,8 @@ Fixture load_fixture(const std::string& name) {
 }
 
 // Logits of every position of `tokens`, fed in steps of `chunk` tokens.
-Tensor run_chunked(const Model& m, const std::vector<int32_t>& tokens, int64_t chunk, int64_t block_size, ThreadPool& pool) {
+Tensor run_chunked(const Model& m, const std::vector<int32_t>& tokens, int64_t chunk, int64_t block_size,
+                   ThreadPool& pool) {
   Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = block_size, .kv_tokens = 256});
   Sequence s;
   s.tokens = tokens;
@@ -82,7 +83,8 @@ TEST_P(Parity, ChunkedAndTokenByTokenMatchOnePrefill) {
   for (int64_t chunk : {1, 7, 16}) {
     for (int64_t block : {1, 4, 16}) {
       const Tensor part = run_chunked(*m, f.tokens, chunk, block, pool);
-      EXPECT_LE(testing::max_abs_diff(part, whole), 1e-5f * testing::max_abs(whole)) << "chunk " << chunk << " block " << block;
+      EXPECT_LE(testing::max_abs_diff(part, whole), 1e-5f * testing::max_abs(whole))
+          << "chunk " << chunk << " block " << block;
       expect_parity(part, f, "chunk " + std::to_string(chunk) + " block " + std::to_string(block));
     }
   }
@@ -112,9 +114,11 @@ TEST_P(Parity, FlatBatchWithOtherSequencesMatches) {
   int64_t done = 0;
   for (int64_t n : {13, 13, 14}) {
     std::vector<Engine::Work> work;
-    if (a.n_cached < static_cast<int64_t>(a.tokens.size())) work.push_back({&a, std::min<int64_t>(10, 23 - a.n_cached), false});
+    if (a.n_cached < static_cast<int64_t>(a.tokens.size()))
+      work.push_back({&a, std::min<int64_t>(10, 23 - a.n_cached), false});
     work.push_back({&s, n, true});
-    if (b.n_cached < static_cast<int64_t>(b.tokens.size())) work.push_back({&b, std::min<int64_t>(11, 57 - b.n_cached), true});
+    if (b.n_cached < static_cast<int64_t>(b.tokens.size()))
+      work.push_back({&b, std::min<int64_t>(11, 57 - b.n_cached), true});
     const Tensor l = engine.step(work);
     const int64_t s_first_row = work.front().seq == &a ? 1 : 0;  // a contributes one row (its last token)
     std::copy(l.data<float>() + s_first_row * V, l.data<float>() + (s_first_row + n) * V, got.data<float>() + done * V);
@@ -145,8 +149,8 @@ TEST_P(Parity, CliLogitsAndGenerate) {
   testing::TempDir tmp;
   const std::string ids = testing::join_ids(f.tokens);
   std::string out;
-  ASSERT_EQ(testing::run_command(std::string(HEARTH_BINARY) + " logits --model " + f.dir + " --tokens " + ids + " --out " +
-                                     tmp.file("l.safetensors"),
+  ASSERT_EQ(testing::run_command(std::string(HEARTH_BINARY) + " logits --model " + f.dir + " --tokens " + ids +
+                                     " --out " + tmp.file("l.safetensors"),
                                  &out),
             0)
       << out;
@@ -154,10 +158,11 @@ TEST_P(Parity, CliLogitsAndGenerate) {
   EXPECT_EQ(testing::read_ids(tmp.file("l.safetensors"), "tokens"), f.tokens);
 
   out.clear();
-  ASSERT_EQ(testing::run_command(std::string(HEARTH_BINARY) + " generate --model " + f.dir + " --prompt-tokens " + ids +
-                                     " --max-tokens " + std::to_string(f.greedy.size()) + " --temp 0 --ignore-eos --json",
-                                 &out),
-            0)
+  ASSERT_EQ(
+      testing::run_command(std::string(HEARTH_BINARY) + " generate --model " + f.dir + " --prompt-tokens " + ids +
+                               " --max-tokens " + std::to_string(f.greedy.size()) + " --temp 0 --ignore-eos --json",
+                           &out),
+      0)
       << out;
   const std::string want = testing::join_ids(f.greedy);
   EXPECT_NE(out.find("\"tokens\":[" + want + "]"), std::string::npos) << out;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "models/dense_decoder.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "test_util.h"
@@ -18,6 +19,8 @@ struct Tolerance {
   double max_mean_kl;         // mean KL(f32 || reduced) per position
   double max_rel_logit_diff;  // max |Δlogit| / max|logit|
 };
+
+void PrintTo(const Tolerance& t, std::ostream* os) { *os << dtype_name(t.dtype); }
 
 // Writes DIR's weights converted to `dtype` into `out` with the same config files.
 void convert_model(const std::string& dir, DType dtype, const std::string& out) {
@@ -49,12 +52,16 @@ TEST_P(ReducedPrecision, StoredWeightsRunCloseToF32) {
   auto reduced = load_model(tmp.path());
   // The converted file is loaded in place: its matrices are views of the mapped file.
   EXPECT_EQ(reduced->info().weight_bytes * 2, load_model(dir)->info().weight_bytes);
+  const Tensor& q = dynamic_cast<const DenseDecoder&>(*reduced).attention(0).q.weight;
+  EXPECT_EQ(q.dtype(), tol.dtype);
+  EXPECT_TRUE(q.is_view_of_external());
   const Tensor got = prefill_logits(*reduced, tokens);
   const double kl = testing::mean_kl(f32, got);
   const double rel = testing::max_abs_diff(got, f32) / testing::max_abs(f32);
   EXPECT_LE(kl, tol.max_mean_kl) << dtype_name(tol.dtype);
   EXPECT_LE(rel, tol.max_rel_logit_diff) << dtype_name(tol.dtype);
-  std::printf("%s %s: mean KL %.3g, max rel logit diff %.3g\n", name.c_str(), std::string(dtype_name(tol.dtype)).c_str(), kl, rel);
+  std::printf("%s %s: mean KL %.3g, max rel logit diff %.3g\n", name.c_str(),
+              std::string(dtype_name(tol.dtype)).c_str(), kl, rel);
 
   // Converting the matrices at load time (--dtype) stays within the same bounds (norms and
   // biases stay f32 there, so it is not bit-identical to the converted file).
@@ -68,9 +75,11 @@ const Tolerance kBf16{DType::kBF16, 2e-4, 4e-2};
 const Tolerance kF16{DType::kF16, 5e-6, 1e-2};
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReducedPrecision,
-                         ::testing::Combine(::testing::ValuesIn(testing::parity_fixtures()), ::testing::Values(kBf16, kF16)),
+                         ::testing::Combine(::testing::ValuesIn(testing::parity_fixtures()),
+                                            ::testing::Values(kBf16, kF16)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::string(dtype_name(std::get<1>(info.param).dtype));
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param).dtype));
                          });
 
 }  // namespace

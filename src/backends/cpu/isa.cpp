@@ -1,5 +1,7 @@
 #include "backends/cpu/isa.h"
 
+#include <cpuid.h>
+
 #include <string>
 
 #include "base/error.h"
@@ -16,11 +18,21 @@ std::string_view isa_name(Isa isa) {
   return "?";
 }
 
+namespace {
+
+// F16C (CPUID.1:ECX bit 29); clang's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
+}  // namespace
+
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
