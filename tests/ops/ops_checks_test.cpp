@@ -1,0 +1,187 @@
+// The ops layer rejects mismatched shapes and dtypes with an InputError naming them, and the
+// HEARTH_ISA knob picks the kernels' instruction set.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.h"
+#include "base/error.h"
+#include "base/knobs.h"
+#include "core/context.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace hearth {
+namespace {
+
+// fn must throw InputError whose message contains every one of `parts`.
+void expect_input_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no InputError; expected one mentioning " << *parts.begin();
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+Tensor f32(const Shape& s) { return Tensor::zeros(s, DType::kF32); }
+Tensor i32(const Shape& s) { return Tensor::zeros(s, DType::kI32); }
+
+TEST(ops_checks, MatmulShapes) {
+  Context ctx;
+  Tensor y = f32({4, 32});
+  expect_input_error(
+      [&] {
+        ops::matmul(ctx, f32({4, 64}), f32({32, 8}), Tensor(), y);
+      },
+      {"matmul", "[4, 64]", "[32, 8]"});
+  expect_input_error([&] { ops::matmul(ctx, f32({4, 64}), f32({64}), Tensor(), y); }, {"matmul", "[4, 64]", "[64]"});
+  // Bias and output shapes.
+  expect_input_error([&] { ops::matmul(ctx, f32({4, 64}), f32({32, 64}), f32({31}), y); }, {"bias", "[32]", "[31]"});
+  Tensor y_bad = f32({4, 31});
+  expect_input_error([&] { ops::matmul(ctx, f32({4, 64}), f32({32, 64}), Tensor(), y_bad); }, {"[4, 32]", "[4, 31]"});
+}
+
+TEST(ops_checks, MatmulDtypes) {
+  Context ctx;
+  Tensor y = f32({4, 32});
+  expect_input_error(
+      [&] {
+        ops::matmul(ctx, Tensor::zeros({4, 64}, DType::kBF16), f32({32, 64}), Tensor(), y);
+      },
+      {"matmul", "f32", "bf16[4, 64]"});
+  expect_input_error([&] { ops::matmul(ctx, f32({4, 64}), i32({32, 64}), Tensor(), y); }, {"matmul", "i32[32, 64]"});
+  expect_input_error(
+      [&] {
+        ops::matmul(ctx, f32({4, 64}), f32({32, 64}), Tensor::zeros({32}, DType::kF16), y);
+      },
+      {"bias", "f16[32]"});
+  Tensor y_half = Tensor::zeros({4, 32}, DType::kF16);
+  expect_input_error([&] { ops::matmul(ctx, f32({4, 64}), f32({32, 64}), Tensor(), y_half); }, {"y", "f16[4, 32]"});
+}
+
+TEST(ops_checks, MatmulRunsWhenShapesFit) {
+  Context ctx;
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // [2, 3]
+  const std::vector<float> w = {1, 0, 0, 0, 1, 1};  // [2, 3]
+  Tensor y = f32({2, 2});
+  ops::matmul(ctx, Tensor::from_f32({2, 3}, x.data()), Tensor::from_f32({2, 3}, w.data()).to(DType::kBF16), Tensor(),
+              y);
+  EXPECT_EQ(y.data<float>()[0], 1.0f);
+  EXPECT_EQ(y.data<float>()[1], 5.0f);
+  EXPECT_EQ(y.data<float>()[2], 4.0f);
+  EXPECT_EQ(y.data<float>()[3], 11.0f);
+}
+
+TEST(ops_checks, ElementwiseAndNormShapes) {
+  Context ctx;
+  Tensor a = f32({3, 8});
+  expect_input_error([&] { ops::add(ctx, a, f32({3, 7})); }, {"add", "[3, 8]", "[3, 7]"});
+  expect_input_error([&] { ops::add(ctx, a, Tensor::zeros({3, 8}, DType::kBF16)); }, {"add", "bf16[3, 8]"});
+  Tensor out = f32({3, 8});
+  expect_input_error([&] { ops::silu_mul(ctx, a, f32({8, 3}), out); }, {"silu_mul", "[3, 8]", "[8, 3]"});
+  Tensor y = f32({3, 8});
+  expect_input_error([&] { ops::rms_norm(ctx, a, f32({7}), 1e-5f, y); }, {"rms_norm", "[3, 8]", "[7]"});
+  Tensor y_bad = f32({3, 9});
+  expect_input_error([&] { ops::rms_norm(ctx, a, f32({8}), 1e-5f, y_bad); }, {"rms_norm", "[3, 9]"});
+  Tensor logits = f32({2, 10});
+  Tensor ids = i32({3});
+  expect_input_error([&] { ops::argmax(ctx, logits, ids); }, {"argmax", "[2, 10]"});
+  Tensor ids_f = f32({2});
+  expect_input_error([&] { ops::argmax(ctx, logits, ids_f); }, {"argmax", "i32", "f32[2]"});
+  Tensor flat = f32({10});
+  expect_input_error([&] { ops::softmax(ctx, flat); }, {"softmax", "[10]"});
+}
+
+TEST(ops_checks, EmbeddingAndRopeShapes) {
+  Context ctx;
+  Tensor out = f32({3, 16});
+  expect_input_error([&] { ops::embedding(ctx, f32({100, 16}), f32({3}), out); }, {"embedding", "i32", "f32[3]"});
+  expect_input_error([&] { ops::embedding(ctx, f32({100, 16}), i32({4}), out); }, {"embedding", "[4, 16]", "[3, 16]"});
+  expect_input_error([&] { ops::embedding(ctx, i32({100, 16}), i32({3}), out); }, {"embedding", "i32[100, 16]"});
+  Tensor x = f32({3, 2, 8});
+  expect_input_error([&] { ops::rope(ctx, x, i32({2}), f32({4}), 1.0f); }, {"rope", "[2]", "[3, 2, 8]"});
+  expect_input_error([&] { ops::rope(ctx, x, i32({3}), f32({5}), 1.0f); }, {"rope", "10", "[3, 2, 8]"});
+  Tensor x2 = f32({3, 16});
+  expect_input_error([&] { ops::rope(ctx, x2, i32({3}), f32({4}), 1.0f); }, {"rope", "rank 3", "[3, 16]"});
+}
+
+TEST(ops_checks, KvWriteAndAttentionShapes) {
+  Context ctx;
+  ops::KvLayer cache{f32({4, 16, 2, 8}), f32({4, 16, 2, 8})};
+  expect_input_error(
+      [&] {
+        ops::kv_write(ctx, f32({3, 2, 8}), f32({3, 2, 8}), i32({2}), cache);
+      },
+      {"kv_write", "i32[2]", "[4, 16, 2, 8]"});
+  expect_input_error(
+      [&] {
+        ops::kv_write(ctx, f32({3, 4, 8}), f32({3, 4, 8}), i32({3}), cache);
+      },
+      {"kv_write", "[3, 4, 8]", "[4, 16, 2, 8]"});
+  const int32_t starts[] = {0, 3}, ctx_lens[] = {0}, table[] = {0};
+  ops::AttentionBatch batch{Tensor::from_i32({2}, starts), Tensor::from_i32({1}, ctx_lens),
+                            Tensor::from_i32({1, 1}, table)};
+  Tensor out = f32({3, 3, 8});
+  expect_input_error(
+      [&] {
+        ops::attention(ctx, f32({3, 3, 8}), cache, batch, 1.0f, 0, out);
+      },
+      {"attention", "[3, 3, 8]", "[4, 16, 2, 8]"});
+  Tensor out_bad = f32({3, 4, 8});
+  expect_input_error(
+      [&] {
+        ops::attention(ctx, f32({3, 2, 8}), cache, batch, 1.0f, 0, out_bad);
+      },
+      {"attention", "[3, 2, 8]", "[3, 4, 8]"});
+}
+
+TEST(ops_checks, IsaKnob) {
+  {
+    KnobOverride o("HEARTH_ISA", "scalar");
+    EXPECT_EQ(cpu::active_isa(), cpu::Isa::kScalar);
+  }
+  {
+    KnobOverride o("HEARTH_ISA", "auto");
+    EXPECT_EQ(cpu::active_isa(), cpu::best_isa());
+  }
+  for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    KnobOverride o("HEARTH_ISA", std::string(cpu::isa_name(isa)));
+    if (cpu::isa_supported(isa)) {
+      EXPECT_EQ(cpu::active_isa(), isa);
+    } else {
+      EXPECT_THROW(cpu::active_isa(), InputError) << cpu::isa_name(isa);
+    }
+  }
+  {
+    KnobOverride o("HEARTH_ISA", "avx9000");
+    expect_input_error([] { cpu::active_isa(); }, {"HEARTH_ISA", "avx9000"});
+  }
+}
+
+// The knob reaches the kernels through the ops layer: scalar and the best ISA agree.
+TEST(ops_checks, IsaKnobDrivesOps) {
+  Context ctx;
+  std::vector<float> xs(5 * 37), ws(9 * 37);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(int(i % 11) - 5) / 8.0f;
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = float(int(i % 7) - 3) / 4.0f;
+  const Tensor x = Tensor::from_f32({5, 37}, xs.data()), w = Tensor::from_f32({9, 37}, ws.data());
+  Tensor y_scalar = f32({5, 9}), y_best = f32({5, 9});
+  {
+    KnobOverride o("HEARTH_ISA", "scalar");
+    ops::matmul(ctx, x, w, Tensor(), y_scalar);
+  }
+  {
+    KnobOverride o("HEARTH_ISA", "auto");
+    ops::matmul(ctx, x, w, Tensor(), y_best);
+  }
+  // Products of multiples of 1/32 sum exactly in any order.
+  for (int64_t i = 0; i < y_scalar.numel(); ++i) EXPECT_EQ(y_scalar.data<float>()[i], y_best.data<float>()[i]) << i;
+}
+
+}  // namespace
+}  // namespace hearth
