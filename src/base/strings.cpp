@@ -63,3 +63,22 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 }  // namespace hearth
+
+namespace hearth {
+
+std::string printable(std::string_view text, size_t max_chars) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max_chars; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  if (text.size() > max_chars) out += "...";
+  return out;
+}
+
+}  // namespace hearth

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "base/strings.h"
 
 namespace hearth {
 
@@ -16,26 +17,7 @@ struct JsonConfig::Impl {
   const nlohmann::json* value = nullptr;  // this object, inside *root
 };
 
-namespace {
-
-// Text from the file (keys, parser messages) as it may appear in a one-line message: control
-// characters escaped, long strings cut.
-std::string printable(const std::string& s, size_t max_chars = 200) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max_chars; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  if (s.size() > max_chars) out += "...";
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 JsonConfig::JsonConfig(std::shared_ptr<const Impl> impl, std::string path, std::string prefix)
     : impl_(std::move(impl)), path_(std::move(path)), prefix_(std::move(prefix)) {}
@@ -49,7 +31,7 @@ JsonConfig JsonConfig::parse(const std::string& text, const std::string& path) {
   auto root = std::make_shared<nlohmann::json>();
   try {
     *root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw FileError(path, std::string("not valid JSON: ") + printable(e.what(), 400));
   }
   if (!root->is_object()) throw FileError(path, "expected a JSON object at the top level");

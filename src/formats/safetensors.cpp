@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/strings.h"
 
 namespace hearth {
 namespace {
@@ -25,23 +26,6 @@ constexpr DTypeName kDTypes[] = {{"F32", DType::kF32}, {"BF16", DType::kBF16}, {
 // Valid safetensors dtypes that Hearth does not load.
 constexpr const char* kKnownUnsupported[] = {"F64",     "I8",      "I16", "U16",     "U64",     "BOOL", "F8_E4M3",
                                              "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
-
-// Text from the file (tensor names, dtype strings) as it may appear in a one-line message:
-// control characters escaped, long strings cut.
-std::string printable(const std::string& s, size_t max_chars = 200) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max_chars; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  if (s.size() > max_chars) out += "...";
-  return out;
-}
 
 // A header value for an error message: scalars as JSON, containers by type only (a nested
 // value may be huge or deep enough that dumping it would overflow the stack).
@@ -134,7 +118,7 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
   json header;
   try {
     header = json::parse(data + 8, data + 8 + n);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw FileError(path, std::string("header is not valid JSON: ") + printable(e.what(), 400));
   }
   if (!header.is_object()) throw FileError(path, "header is not a JSON object");

@@ -4,30 +4,13 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/strings.h"
 #include "formats/json_config.h"
 
 namespace hearth {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Names from the files (tensors, shards) as they may appear in a one-line message: control
-// characters escaped, long names cut.
-std::string printable(const std::string& s) {
-  constexpr size_t kMax = 200;
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  if (s.size() > kMax) out += "...";
-  return out;
-}
 
 void add_file(std::vector<std::shared_ptr<SafetensorsFile>>& files,
               std::map<std::string, std::pair<size_t, const SafetensorsEntry*>>& where, const std::string& path) {
