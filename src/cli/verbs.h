@@ -10,5 +10,7 @@ namespace hearth::cli {
 int run_generate(const std::vector<std::string>& args);
 int run_logits(const std::vector<std::string>& args);
 int run_knobs(const std::vector<std::string>& args);
+int run_tokenize(const std::vector<std::string>& args);
+int run_template(const std::vector<std::string>& args);
 
 }  // namespace hearth::cli

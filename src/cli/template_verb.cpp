@@ -1,0 +1,39 @@
+// hearth template: renders the model's chat template for one JSON request read from stdin
+// and prints the prompt exactly (no trailing newline added).
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "cli/flags.h"
+#include "cli/verbs.h"
+#include "runtime/prompt.h"
+
+namespace hearth::cli {
+
+int run_template(const std::vector<std::string>& args) {
+  std::string model;
+  Flags f("template", "[MODEL] < request.json",
+          "Reads one JSON object {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true, ...}\n"
+          "from stdin and prints the prompt the model's chat template renders. Other keys\n"
+          "(e.g. \"enable_thinking\": false) are passed to the template as variables.");
+  f.positional("model", "Model directory (same as --model).", &model);
+  f.add("model", "Directory with tokenizer_config.json (or chat_template.jinja) and tokenizer.json.", &model);
+  f.require("model");
+  if (!f.parse(args)) return 0;
+  const std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  nlohmann::ordered_json request;
+  try {
+    request = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    throw InputError("stdin: not valid JSON");
+  }
+  const Tokenizer tok = Tokenizer::load(model);
+  const PromptRenderer renderer(tok);
+  const std::string prompt = renderer.render(request);
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  return 0;
+}
+
+}  // namespace hearth::cli

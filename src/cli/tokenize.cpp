@@ -1,0 +1,75 @@
+// hearth tokenize: JSON lines in, JSON lines out.
+//   encode: {"text": "...", "add_special_tokens": false} -> {"ids": [...]}
+//   --decode: {"ids": [...], "skip_special_tokens": false} -> {"text": "..."}
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "cli/flags.h"
+#include "cli/verbs.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::cli {
+namespace {
+
+nlohmann::json handle_line(const Tokenizer& tok, const std::string& line, bool decode) {
+  nlohmann::json in;
+  try {
+    in = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    throw InputError("not a JSON object");
+  }
+  if (!in.is_object()) throw InputError("not a JSON object");
+  if (decode) {
+    if (!in.contains("ids") || !in["ids"].is_array()) throw InputError("expected \"ids\": [...]");
+    std::vector<int32_t> ids;
+    for (const auto& v : in["ids"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.vocab_size()) {
+        throw InputError("\"ids\" holds " + v.dump() + ", not a token id of this tokenizer");
+      }
+      ids.push_back(v.get<int32_t>());
+    }
+    const bool skip = in.value("skip_special_tokens", false);
+    return {{"text", tok.decode(ids, skip)}};
+  }
+  if (!in.contains("text") || !in["text"].is_string()) throw InputError("expected \"text\": \"...\"");
+  const auto& add = in.contains("add_special_tokens") ? in["add_special_tokens"] : nlohmann::json(true);
+  if (!add.is_boolean()) throw InputError("\"add_special_tokens\" must be true or false");
+  return {{"ids", tok.encode(in["text"].get<std::string>(), add.get<bool>())}};
+}
+
+}  // namespace
+
+int run_tokenize(const std::vector<std::string>& args) {
+  std::string model;
+  bool decode = false;
+  Flags f("tokenize", "[MODEL] [--decode]",
+          "Reads JSON lines on stdin and writes one JSON line per input:\n"
+          "  {\"text\": \"...\", \"add_special_tokens\": false}  ->  {\"ids\": [...]}\n"
+          "  with --decode: {\"ids\": [...], \"skip_special_tokens\": false}  ->  {\"text\": \"...\"}\n"
+          "add_special_tokens defaults to true, as in Hugging Face tokenizers.");
+  f.positional("model", "Model directory (same as --model).", &model);
+  f.add("model", "Directory with tokenizer.json (and tokenizer_config.json).", &model);
+  f.require("model");
+  f.add("decode", "Decode ids to text instead of encoding.", &decode);
+  if (!f.parse(args)) return 0;
+  const Tokenizer tok = Tokenizer::load(model);
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(std::cin, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      std::printf(
+          "%s\n",
+          handle_line(tok, line, decode).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } catch (const InputError& e) {
+      throw InputError("stdin line " + std::to_string(line_no) + ": " + e.what());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace hearth::cli

@@ -1,0 +1,135 @@
+// The text verbs in the exact forms external checks use: tokenize (JSON lines), template
+// (one JSON request), generate --prompt (chat template + streaming detokenizer).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+std::string external_tokenizer(const std::string& name) {
+  const std::string dir = testing::data_path("external/tokenizers/" + name);
+  if (!fs::exists(dir + "/tokenizer.json")) ADD_FAILURE() << dir << " missing: run scripts/fetch_test_data.sh";
+  return dir;
+}
+
+json load_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+// Runs `hearth ARGS` with `input` on stdin; returns stdout (stderr goes to the test log).
+std::string run_hearth(const std::string& args, const std::string& input, int* status) {
+  testing::TempDir tmp;
+  const std::string in_path = tmp.file("stdin"), err_path = tmp.file("stderr");
+  std::ofstream(in_path, std::ios::binary) << input;
+  const std::string cmd = std::string(HEARTH_BINARY) + " " + args + " < " + in_path + " 2>" + err_path;
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = p == nullptr ? -1 : pclose(p);
+  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  std::ifstream err(err_path);
+  std::string err_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  if (*status != 0) std::fprintf(stderr, "hearth %s failed: %s\n", args.c_str(), err_text.c_str());
+  return out;
+}
+
+TEST(cli_tokenize, EncodesAndDecodesJsonLines) {
+  const std::string dir = external_tokenizer("qwen3");
+  const json ref = load_json(testing::data_path("tokenizer/reference/qwen3.encodings.json"));
+  std::string input, decode_input;
+  std::vector<json> want, want_text;
+  for (size_t i = 0; i < ref["cases"].size(); i += 7) {
+    const json& c = ref["cases"][i];
+    input += json{{"text", c["text"]}, {"add_special_tokens", false}}.dump() + "\n";
+    want.push_back(c["ids"]);
+    decode_input += json{{"ids", c["ids"]}}.dump() + "\n";
+    want_text.push_back(c["decoded"]);
+  }
+  int status = 0;
+  std::istringstream lines(run_hearth("tokenize --model " + dir, input, &status));
+  ASSERT_EQ(status, 0);
+  std::string line;
+  for (const json& w : want) {
+    ASSERT_TRUE(std::getline(lines, line));
+    EXPECT_EQ(json::parse(line)["ids"], w);
+  }
+  std::istringstream texts(run_hearth("tokenize --decode --model " + dir, decode_input, &status));
+  ASSERT_EQ(status, 0);
+  for (const json& w : want_text) {
+    ASSERT_TRUE(std::getline(texts, line));
+    EXPECT_EQ(json::parse(line)["text"], w);
+  }
+  run_hearth("tokenize --model " + dir, "{\"text\": 5}\n", &status);
+  EXPECT_EQ(status, 1);
+}
+
+TEST(cli_template, RendersLikeTransformers) {
+  for (const std::string name : {"qwen3", "llama3_1"}) {
+    const std::string dir = external_tokenizer(name);
+    const json ref = load_json(testing::data_path("tokenizer/reference/" + name + ".templates.json"));
+    // A few renders per tokenizer (each run loads the tokenizer); tests/chat checks them all.
+    for (const json& r : ref["renders"]) {
+      const std::string case_name = r["name"];
+      if (!r.contains("rendered") ||
+          (case_name != "tools" && case_name != "multi_turn" && case_name != "thinking_off")) {
+        continue;
+      }
+      json request = {{"messages", r["messages"]}, {"add_generation_prompt", r["add_generation_prompt"]}};
+      if (r.contains("tools") && !r["tools"].is_null()) request["tools"] = r["tools"];
+      if (r.contains("kwargs")) request.update(r["kwargs"]);
+      int status = 0;
+      const std::string out = run_hearth("template --model " + dir, request.dump(), &status);
+      EXPECT_EQ(status, 0) << name << " " << r["name"];
+      EXPECT_EQ(out, r["rendered"].get<std::string>()) << name << " " << r["name"];
+    }
+  }
+}
+
+// A tiny model directory: the qwen3 parity weights with a byte-level tokenizer that fits
+// their 1000-token vocabulary (scripts/fixtures/make_tiny_tokenizer.py).
+TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
+  testing::TempDir model;
+  for (const auto& e : fs::directory_iterator(testing::data_path("parity/qwen3"))) fs::copy(e.path(), model.path());
+  for (const auto& e : fs::directory_iterator(testing::data_path("tiny_tokenizer"))) fs::copy(e.path(), model.path());
+  const Tokenizer tok = Tokenizer::load(model.path());
+  int status = 0;
+  const std::string out = run_hearth(
+      "generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 12 --temp 0 --ignore-eos --json", "",
+      &status);
+  ASSERT_EQ(status, 0);
+  const json j = json::parse(out);
+  EXPECT_EQ(j["prompt_tokens"].get<int64_t>(),
+            static_cast<int64_t>(
+                tok.encode("<|im_start|>user\nHello world<|im_end|>\n<|im_start|>assistant\n", false).size()));
+  const auto ids = j["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ids.size(), 12u);
+  EXPECT_EQ(j["text"].get<std::string>(), tok.decode(ids, /*skip_special_tokens=*/true));
+  // Without --json the streamed text is printed as it is decoded, then a newline.
+  const std::string streamed =
+      run_hearth("generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 12 --temp 0 --ignore-eos",
+                 "", &status);
+  ASSERT_EQ(status, 0);
+  EXPECT_EQ(streamed, j["text"].get<std::string>() + "\n");
+  // --raw skips the template: fewer prompt tokens.
+  const json raw = json::parse(
+      run_hearth("generate --model " + model.path() + " --prompt 'Hello world' --raw --max-tokens 2 --temp 0 --json",
+                 "", &status));
+  EXPECT_EQ(raw["prompt_tokens"].get<int64_t>(), static_cast<int64_t>(tok.encode("Hello world", true).size()));
+  run_hearth("generate --model " + model.path() + " --prompt hi --prompt-tokens 1,2", "", &status);
+  EXPECT_EQ(status, 1);
+}
+
+}  // namespace
+}  // namespace hearth
