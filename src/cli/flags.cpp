@@ -24,6 +24,12 @@ void Flags::positional(const std::string& name, const std::string& help, std::st
   positional_target_ = target;
 }
 
+void Flags::model_dir(const std::string& help, std::string* target) {
+  positional("model", "Model directory (same as --model).", target);
+  add("model", help, target);
+  require("model");
+}
+
 void Flags::require(const std::string& name) {
   Spec* s = find(name);
   if (s != nullptr) s->required = true;

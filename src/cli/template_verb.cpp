@@ -18,9 +18,7 @@ int run_template(const std::vector<std::string>& args) {
           "Reads one JSON object {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true, ...}\n"
           "from stdin and prints the prompt the model's chat template renders. Other keys\n"
           "(e.g. \"enable_thinking\": false) are passed to the template as variables.");
-  f.positional("model", "Model directory (same as --model).", &model);
-  f.add("model", "Directory with tokenizer_config.json (or chat_template.jinja) and tokenizer.json.", &model);
-  f.require("model");
+  f.model_dir("Directory with tokenizer_config.json (or chat_template.jinja) and tokenizer.json.", &model);
   if (!f.parse(args)) return 0;
   const std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   nlohmann::ordered_json request;

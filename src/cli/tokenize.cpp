@@ -49,9 +49,7 @@ int run_tokenize(const std::vector<std::string>& args) {
           "  {\"text\": \"...\", \"add_special_tokens\": false}  ->  {\"ids\": [...]}\n"
           "  with --decode: {\"ids\": [...], \"skip_special_tokens\": false}  ->  {\"text\": \"...\"}\n"
           "add_special_tokens defaults to true, as in Hugging Face tokenizers.");
-  f.positional("model", "Model directory (same as --model).", &model);
-  f.add("model", "Directory with tokenizer.json (and tokenizer_config.json).", &model);
-  f.require("model");
+  f.model_dir("Directory with tokenizer.json (and tokenizer_config.json).", &model);
   f.add("decode", "Decode ids to text instead of encoding.", &decode);
   if (!f.parse(args)) return 0;
   const Tokenizer tok = Tokenizer::load(model);
