@@ -1,0 +1,78 @@
+// Decode is a matrix-vector product per weight matrix: how close does the CPU matvec get to
+// the memory bandwidth measured in the same run? Prints GB/s of weight bytes read for f32,
+// bf16 and f16 weights (a 311 MB matrix, the Qwen3-0.6B LM head shape) against a plain
+// AVX-512 read of the same size, for 1 and 2 threads.
+// Usage: matvec_bench [N K]   (default 151936 1024)
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/dtype.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+__attribute__((target("avx512f"))) float read_sum(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+template <typename F>
+double best_seconds(F&& f, int reps = 5) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t N = argc > 2 ? std::atoll(argv[1]) : 151936, K = argc > 2 ? std::atoll(argv[2]) : 1024;
+  std::vector<float> x(static_cast<size_t>(K), 0.5f), y(static_cast<size_t>(N));
+  std::vector<uint16_t> w16(static_cast<size_t>(N * K));
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = hearth::f32_to_bf16(0.01f * static_cast<float>(i % 13));
+  std::vector<uint16_t> wh(w16.size());
+  for (size_t i = 0; i < wh.size(); ++i) wh[i] = hearth::f32_to_f16(0.01f * static_cast<float>(i % 13));
+  std::vector<float> wf(static_cast<size_t>(N * K / 2), 0.01f);  // same bytes as the 16-bit matrices
+  const hearth::cpu::Isa isa = hearth::cpu::best_isa();
+  std::printf("matvec [%lld x %lld], %s kernels, %.0f MB per matrix\n", static_cast<long long>(N),
+              static_cast<long long>(K), std::string(hearth::cpu::isa_name(isa)).c_str(), N * K * 2 / 1e6);
+  for (int threads : {1, 2}) {
+    hearth::ThreadPool pool(threads);
+    float sink = 0;
+    const double read_s = best_seconds([&] {
+      pool.parallel_for(static_cast<int64_t>(wf.size()) / 64, 1024,
+                        [&](int64_t b, int64_t e) { sink += read_sum(wf.data() + b * 64, (e - b) * 64); });
+    });
+    const double bytes = static_cast<double>(N * K * 2);
+    const double bw = bytes / read_s / 1e9;
+    auto rate = [&](const void* w, hearth::DType t, int64_t rows) {
+      const double s =
+          best_seconds([&] { hearth::cpu::matmul(isa, &pool, x.data(), 1, K, w, t, rows, nullptr, y.data()); });
+      return bytes / s / 1e9;
+    };
+    const double f32 = rate(wf.data(), hearth::DType::kF32, N / 2);
+    const double bf16 = rate(w16.data(), hearth::DType::kBF16, N);
+    const double f16 = rate(wh.data(), hearth::DType::kF16, N);
+    std::printf(
+        "threads %d: read %.1f GB/s | matvec f32 %.1f GB/s (%.0f%%), bf16 %.1f GB/s (%.0f%%), f16 %.1f GB/s "
+        "(%.0f%%)%s\n",
+        threads, bw, f32, 100 * f32 / bw, bf16, 100 * bf16 / bw, f16, 100 * f16 / bw, sink == 1.0f ? " " : "");
+  }
+  return 0;
+}
