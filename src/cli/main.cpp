@@ -20,6 +20,7 @@ constexpr Verb kVerbs[] = {
     {"logits", "Write the logits of every prompt position to a safetensors file.", hearth::cli::run_logits},
     {"tokenize", "Encode text to token ids or decode ids to text (JSON lines).", hearth::cli::run_tokenize},
     {"template", "Render the model's chat template for a JSON request.", hearth::cli::run_template},
+    {"serve", "Serve the model over an OpenAI-compatible HTTP API.", hearth::cli::run_serve},
     {"knobs", "List the environment variables Hearth reads.", hearth::cli::run_knobs},
 };
 

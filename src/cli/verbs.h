@@ -12,5 +12,6 @@ int run_logits(const std::vector<std::string>& args);
 int run_knobs(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
 int run_template(const std::vector<std::string>& args);
+int run_serve(const std::vector<std::string>& args);
 
 }  // namespace hearth::cli

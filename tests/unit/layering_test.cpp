@@ -1,5 +1,5 @@
 // Enforces the layer order of docs/architecture.md on every #include in src/:
-//   base < core < backends < formats < nn < models < runtime < server, cli
+//   base < core < backends < formats < nn < models < runtime < server < cli
 // tokenizer and chat depend only on base; nothing outside src/backends includes a backend.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 const std::map<std::string, int> kRank = {{"base", 0}, {"core", 1},      {"backends", 2}, {"formats", 3},
                                           {"nn", 4},   {"models", 5},    {"runtime", 6},  {"server", 7},
-                                          {"cli", 7},  {"tokenizer", 1}, {"chat", 1}};
+                                          {"cli", 8},  {"tokenizer", 1}, {"chat", 1}};
 
 // Returns an error text when a file in layer `from` may not include a header of layer `to`.
 std::optional<std::string> violation(const std::string& from, const std::string& to) {
@@ -39,7 +39,8 @@ TEST(Layering, RulesCatchViolations) {
   EXPECT_TRUE(violation("models", "backends"));
   EXPECT_TRUE(violation("tokenizer", "core"));
   EXPECT_TRUE(violation("nn", "tokenizer"));
-  EXPECT_TRUE(violation("cli", "server"));
+  EXPECT_FALSE(violation("cli", "server"));
+  EXPECT_TRUE(violation("server", "cli"));
 }
 
 TEST(Layering, IncludesFollowLayerOrder) {

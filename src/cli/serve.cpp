@@ -1,0 +1,97 @@
+// hearth serve: the OpenAI-compatible HTTP server (src/server) over one loaded model.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "cli/common.h"
+#include "cli/verbs.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
+
+namespace hearth::cli {
+
+namespace {
+
+// The model id responses carry: the model argument as given, without a trailing slash
+// (mlx_lm.server also names the model by the path it was started with).
+std::string served_id(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+}  // namespace
+
+int run_serve(const std::vector<std::string>& args) {
+  ModelFlags mf;
+  server::ServerOptions so;
+  std::string host = so.host;
+  int64_t port = so.port, max_queue = static_cast<int64_t>(so.max_queue), ctx_tokens = 0;
+  std::optional<int64_t> max_tokens, top_k;
+  std::optional<double> temp, top_p;
+  Flags f("serve", "[MODEL] [flags]",
+          "Serves the model over an OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions,\n"
+          "/v1/models, /health (docs/server-api.md).");
+  mf.declare(f);
+  f.add("host", "Address to listen on (default 127.0.0.1).", &host);
+  f.add("port", "Port to listen on (default 8080); the server refuses to start if it is taken.", &port);
+  f.add("api-key", "Require this key (Authorization: Bearer KEY or x-api-key) on every route but /health.",
+        &so.api_key);
+  f.add("max-queue", "Requests that may wait for the engine before new ones get 503 (default 16).", &max_queue);
+  f.add("max-tokens", "Default max_tokens for requests that set none (default 512).", &max_tokens);
+  f.add("temp", "Default temperature (default: generation_config.json, else 0 = greedy).", &temp);
+  f.add("top-p", "Default top_p in (0, 1] (default: generation_config.json, else 1).", &top_p);
+  f.add("top-k", "Default top_k; 0 = off (default: generation_config.json, else 0).", &top_k);
+  f.add("ctx", "KV cache capacity in tokens (default: the model's context, at most 4096).", &ctx_tokens);
+  if (!f.parse(args)) return 0;
+
+  if (port < 0 || port > 65535) throw InputError("--port must be in 0..65535");
+  if (max_queue < 1) throw InputError("--max-queue must be >= 1");
+  if (max_tokens && *max_tokens < 1) throw InputError("--max-tokens must be >= 1");
+  if (temp && *temp < 0) throw InputError("--temp must be >= 0");
+  if (top_p && !(*top_p > 0 && *top_p <= 1)) throw InputError("--top-p must be in (0, 1]");
+  if (top_k && *top_k < 0) throw InputError("--top-k must be >= 0");
+  if (ctx_tokens < 0) throw InputError("--ctx must be >= 0");
+  so.host = host;
+  so.port = static_cast<int>(port);
+  so.max_queue = static_cast<size_t>(max_queue);
+  so.defaults = {temp, top_p, top_k, max_tokens};
+  so.model_id = served_id(mf.model);
+
+  // SIGINT/SIGTERM are taken by one thread (sigwait) so that no other thread is interrupted
+  // mid-request; they must be blocked before any thread starts. A write to a closed socket
+  // is an error return, not a SIGPIPE.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto pool = mf.make_pool();
+  auto model = load_model(mf.model, mf.load_options());
+  const Tokenizer tokenizer = Tokenizer::load(mf.model);
+  EngineOptions eo;
+  eo.kv_tokens = ctx_tokens;
+  Engine engine(*model, Context{pool.get(), kCpu}, eo);
+  server::HttpServer server(engine, tokenizer, model->info().generation, so);
+  const int bound = server.bind();  // throws (exit 1, one line) when the port is taken
+
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    server.stop();
+  });
+  std::printf("hearth: serving %s at http://%s:%d (Ctrl-C to stop)\n", so.model_id.c_str(), host.c_str(), bound);
+  std::fflush(stdout);
+  server.run();
+  // run() also returns when listening fails; wake the signal thread so it can be joined.
+  kill(getpid(), SIGTERM);
+  signal_thread.join();
+  std::fprintf(stderr, "hearth: stopped\n");
+  return 0;
+}
+
+}  // namespace hearth::cli

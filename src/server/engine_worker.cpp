@@ -1,0 +1,103 @@
+#include "server/engine_worker.h"
+
+#include <exception>
+
+namespace hearth::server {
+
+void RequestChannel::push(ChannelItem item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+}
+
+ChannelItem RequestChannel::pop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !items_.empty(); });
+  ChannelItem item = std::move(items_.front());
+  items_.pop_front();
+  return item;
+}
+
+EngineWorker::EngineWorker(Engine& engine, size_t max_queue)
+    : engine_(engine), max_queue_(max_queue), thread_([this] { loop(); }) {}
+
+EngineWorker::~EngineWorker() {
+  shutdown();
+  thread_.join();
+}
+
+void EngineWorker::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    // Waiting HTTP threads must not block forever on a request that will never run.
+    for (Job& job : queue_) job.channel->push({ChannelItem::Kind::kError, {}, {}, {}, "the server is shutting down"});
+    queue_.clear();
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<RequestChannel> EngineWorker::submit(GenerationRequest request) {
+  auto channel = std::make_shared<RequestChannel>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || queue_.size() >= max_queue_) return nullptr;
+    queue_.push_back({std::move(request), channel});
+  }
+  cv_.notify_one();
+  return channel;
+}
+
+size_t EngineWorker::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+void EngineWorker::loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run(job);
+  }
+}
+
+void EngineWorker::run(Job& job) {
+  RequestChannel& ch = *job.channel;
+  if (ch.cancelled()) return;  // the client left while it waited
+  try {
+    // The stream's destructor releases the sequence's blocks, on every exit path.
+    GenerationStream stream(engine_, std::move(job.request));
+    while (!ch.cancelled()) {
+      std::optional<TokenEvent> ev = stream.next();
+      if (!ev) break;
+      ChannelItem item;
+      item.token = *ev;
+      ch.push(std::move(item));
+      bool stopping;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping = stopping_;
+      }
+      if (stopping) break;
+    }
+    ChannelItem done;
+    done.kind = ChannelItem::Kind::kDone;
+    done.stats = stream.stats();
+    done.finish = stream.finish_reason();
+    ch.push(std::move(done));
+  } catch (const InputError& e) {
+    ch.push({ChannelItem::Kind::kError, {}, {}, {}, e.what(), true});
+  } catch (const std::exception& e) {
+    ch.push({ChannelItem::Kind::kError, {}, {}, {}, e.what(), false});
+  }
+}
+
+}  // namespace hearth::server
