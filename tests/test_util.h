@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -112,5 +114,40 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Runs `hearth ARGS` with `input` on stdin; returns stdout, sets *status to the exit code and
+// *err (when given) to stderr.
+inline std::string run_hearth(const std::string& args, const std::string& input, int* status,
+                              std::string* err = nullptr) {
+  TempDir tmp;
+  const std::string in_path = tmp.file("stdin"), err_path = tmp.file("stderr");
+  std::ofstream(in_path, std::ios::binary) << input;
+  const std::string cmd = std::string(HEARTH_BINARY) + " " + args + " <" + in_path + " 2>" + err_path;
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = p == nullptr ? -1 : pclose(p);
+  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  std::ifstream in(err_path);
+  const std::string e((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (err) *err = e;
+  return out;
+}
+inline std::string run_hearth(const std::string& args, int* status, std::string* err = nullptr) {
+  return run_hearth(args, "", status, err);
+}
+
+// A tiny model with text support: the qwen3 parity weights plus a byte-level tokenizer that fits
+// their 1000-token vocabulary (scripts/fixtures/make_tiny_tokenizer.py), copied to a fresh dir.
+inline std::unique_ptr<TempDir> make_tiny_model_dir() {
+  auto dir = std::make_unique<TempDir>();
+  for (const char* src : {"parity/qwen3", "tiny_tokenizer"}) {
+    for (const auto& e : std::filesystem::directory_iterator(data_path(src)))
+      std::filesystem::copy(e.path(), dir->path());
+  }
+  return dir;
+}
 
 }  // namespace hearth::testing

@@ -26,25 +26,6 @@ json load_json(const std::string& path) {
   return json::parse(in);
 }
 
-// Runs `hearth ARGS` with `input` on stdin; returns stdout (stderr goes to the test log).
-std::string run_hearth(const std::string& args, const std::string& input, int* status) {
-  testing::TempDir tmp;
-  const std::string in_path = tmp.file("stdin"), err_path = tmp.file("stderr");
-  std::ofstream(in_path, std::ios::binary) << input;
-  const std::string cmd = std::string(HEARTH_BINARY) + " " + args + " < " + in_path + " 2>" + err_path;
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = p == nullptr ? -1 : pclose(p);
-  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  std::ifstream err(err_path);
-  std::string err_text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  if (*status != 0) std::fprintf(stderr, "hearth %s failed: %s\n", args.c_str(), err_text.c_str());
-  return out;
-}
-
 TEST(cli_tokenize, EncodesAndDecodesJsonLines) {
   const std::string dir = external_tokenizer("qwen3");
   const json ref = load_json(testing::data_path("tokenizer/reference/qwen3.encodings.json"));
@@ -58,20 +39,20 @@ TEST(cli_tokenize, EncodesAndDecodesJsonLines) {
     want_text.push_back(c["decoded"]);
   }
   int status = 0;
-  std::istringstream lines(run_hearth("tokenize --model " + dir, input, &status));
+  std::istringstream lines(testing::run_hearth("tokenize --model " + dir, input, &status));
   ASSERT_EQ(status, 0);
   std::string line;
   for (const json& w : want) {
     ASSERT_TRUE(std::getline(lines, line));
     EXPECT_EQ(json::parse(line)["ids"], w);
   }
-  std::istringstream texts(run_hearth("tokenize --decode --model " + dir, decode_input, &status));
+  std::istringstream texts(testing::run_hearth("tokenize --decode --model " + dir, decode_input, &status));
   ASSERT_EQ(status, 0);
   for (const json& w : want_text) {
     ASSERT_TRUE(std::getline(texts, line));
     EXPECT_EQ(json::parse(line)["text"], w);
   }
-  run_hearth("tokenize --model " + dir, "{\"text\": 5}\n", &status);
+  testing::run_hearth("tokenize --model " + dir, "{\"text\": 5}\n", &status);
   EXPECT_EQ(status, 1);
 }
 
@@ -90,22 +71,19 @@ TEST(cli_template, RendersLikeTransformers) {
       if (r.contains("tools") && !r["tools"].is_null()) request["tools"] = r["tools"];
       if (r.contains("kwargs")) request.update(r["kwargs"]);
       int status = 0;
-      const std::string out = run_hearth("template --model " + dir, request.dump(), &status);
+      const std::string out = testing::run_hearth("template --model " + dir, request.dump(), &status);
       EXPECT_EQ(status, 0) << name << " " << r["name"];
       EXPECT_EQ(out, r["rendered"].get<std::string>()) << name << " " << r["name"];
     }
   }
 }
 
-// A tiny model directory: the qwen3 parity weights with a byte-level tokenizer that fits
-// their 1000-token vocabulary (scripts/fixtures/make_tiny_tokenizer.py).
 TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
-  testing::TempDir model;
-  for (const auto& e : fs::directory_iterator(testing::data_path("parity/qwen3"))) fs::copy(e.path(), model.path());
-  for (const auto& e : fs::directory_iterator(testing::data_path("tiny_tokenizer"))) fs::copy(e.path(), model.path());
+  const auto dir = testing::make_tiny_model_dir();
+  const testing::TempDir& model = *dir;
   const Tokenizer tok = Tokenizer::load(model.path());
   int status = 0;
-  const std::string out = run_hearth(
+  const std::string out = testing::run_hearth(
       "generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 12 --temp 0 --ignore-eos --json", "",
       &status);
   ASSERT_EQ(status, 0);
@@ -117,17 +95,17 @@ TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
   EXPECT_EQ(ids.size(), 12u);
   EXPECT_EQ(j["text"].get<std::string>(), tok.decode(ids, /*skip_special_tokens=*/true));
   // Without --json the streamed text is printed as it is decoded, then a newline.
-  const std::string streamed =
-      run_hearth("generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 12 --temp 0 --ignore-eos",
-                 "", &status);
+  const std::string streamed = testing::run_hearth(
+      "generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 12 --temp 0 --ignore-eos", "",
+      &status);
   ASSERT_EQ(status, 0);
   EXPECT_EQ(streamed, j["text"].get<std::string>() + "\n");
   // --raw skips the template: fewer prompt tokens.
-  const json raw = json::parse(
-      run_hearth("generate --model " + model.path() + " --prompt 'Hello world' --raw --max-tokens 2 --temp 0 --json",
-                 "", &status));
+  const json raw = json::parse(testing::run_hearth(
+      "generate --model " + model.path() + " --prompt 'Hello world' --raw --max-tokens 2 --temp 0 --json", "",
+      &status));
   EXPECT_EQ(raw["prompt_tokens"].get<int64_t>(), static_cast<int64_t>(tok.encode("Hello world", true).size()));
-  run_hearth("generate --model " + model.path() + " --prompt hi --prompt-tokens 1,2", "", &status);
+  testing::run_hearth("generate --model " + model.path() + " --prompt hi --prompt-tokens 1,2", "", &status);
   EXPECT_EQ(status, 1);
 }
 

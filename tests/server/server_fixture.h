@@ -22,33 +22,8 @@ namespace hearth::server::testing {
 
 using json = nlohmann::ordered_json;
 
-// Copies the tiny model into a fresh directory.
-inline std::unique_ptr<hearth::testing::TempDir> make_tiny_model_dir() {
-  namespace fs = std::filesystem;
-  auto dir = std::make_unique<hearth::testing::TempDir>();
-  for (const char* src : {"parity/qwen3", "tiny_tokenizer"}) {
-    for (const auto& e : fs::directory_iterator(hearth::testing::data_path(src))) fs::copy(e.path(), dir->path());
-  }
-  return dir;
-}
-
-// Runs `hearth ARGS`; returns stdout, sets *status to the exit code and *err to stderr.
-inline std::string run_hearth(const std::string& args, int* status, std::string* err = nullptr) {
-  hearth::testing::TempDir tmp;
-  const std::string err_path = tmp.file("stderr");
-  const std::string cmd = std::string(HEARTH_BINARY) + " " + args + " </dev/null 2>" + err_path;
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = p == nullptr ? -1 : pclose(p);
-  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  std::ifstream in(err_path);
-  std::string e((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (err) *err = e;
-  return out;
-}
+using hearth::testing::make_tiny_model_dir;
+using hearth::testing::run_hearth;
 
 class InProcessServer {
  public:
