@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -31,9 +32,11 @@ int run_serve(const std::vector<std::string>& args) {
   int64_t port = so.port, max_queue = static_cast<int64_t>(so.max_queue), ctx_tokens = 0;
   std::optional<int64_t> max_tokens, top_k;
   std::optional<double> temp, top_p;
+  double prompt_cache_gb = 4, shutdown_timeout_s = 10;
+  std::string thinking;
   Flags f("serve", "[MODEL] [flags]",
-          "Serves the model over an OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions,\n"
-          "/v1/models, /health (docs/server-api.md).");
+          "Serves the model over OpenAI- and Anthropic-compatible HTTP APIs: /v1/chat/completions,\n"
+          "/v1/completions, /v1/messages, /v1/models, /health, /stats, /metrics (docs/server-api.md).");
   mf.declare(f);
   f.add("host", "Address to listen on (default 127.0.0.1).", &host);
   f.add("port", "Port to listen on (default 8080); the server refuses to start if it is taken.", &port);
@@ -45,6 +48,14 @@ int run_serve(const std::vector<std::string>& args) {
   f.add("top-p", "Default top_p in (0, 1] (default: generation_config.json, else 1).", &top_p);
   f.add("top-k", "Default top_k; 0 = off (default: generation_config.json, else 0).", &top_k);
   f.add("ctx", "KV cache capacity in tokens (default: the model's context, at most 4096).", &ctx_tokens);
+  f.add("prompt-cache",
+        "Prompt cache size in GB of KV (default 4, at most the whole KV cache); 0 disables it. Requests that\n"
+        "repeat a prefix (multi-turn chat, agents) reuse its KV instead of computing it again.",
+        &prompt_cache_gb);
+  f.add("thinking", "true|false: enable_thinking for chat templates that read it (default: the template's).",
+        &thinking);
+  f.add("shutdown-timeout", "Seconds requests in flight get to finish on SIGINT/SIGTERM (default 10).",
+        &shutdown_timeout_s);
   if (!f.parse(args)) return 0;
 
   if (port < 0 || port > 65535) throw InputError("--port must be in 0..65535");
@@ -54,10 +65,21 @@ int run_serve(const std::vector<std::string>& args) {
   if (top_p && !(*top_p > 0 && *top_p <= 1)) throw InputError("--top-p must be in (0, 1]");
   if (top_k && *top_k < 0) throw InputError("--top-k must be >= 0");
   if (ctx_tokens < 0) throw InputError("--ctx must be >= 0");
+  if (!(prompt_cache_gb >= 0 && prompt_cache_gb < 1e6)) throw InputError("--prompt-cache must be >= 0 (GB)");
+  if (!(shutdown_timeout_s >= 0 && shutdown_timeout_s <= 3600))
+    throw InputError("--shutdown-timeout must be in 0..3600");
+  std::optional<bool> thinking_default;
+  if (thinking == "true") {
+    thinking_default = true;
+  } else if (thinking == "false") {
+    thinking_default = false;
+  } else if (!thinking.empty()) {
+    throw InputError("--thinking must be true or false, got '" + thinking + "'");
+  }
   so.host = host;
   so.port = static_cast<int>(port);
   so.max_queue = static_cast<size_t>(max_queue);
-  so.defaults = {temp, top_p, top_k, max_tokens};
+  so.defaults = {temp, top_p, top_k, max_tokens, thinking_default};
   so.model_id = served_id(mf.model);
 
   // SIGINT/SIGTERM are taken by one thread (sigwait) so that no other thread is interrupted
@@ -75,6 +97,7 @@ int run_serve(const std::vector<std::string>& args) {
   const Tokenizer tokenizer = Tokenizer::load(mf.model);
   EngineOptions eo;
   eo.kv_tokens = ctx_tokens;
+  eo.prompt_cache_bytes = static_cast<int64_t>(prompt_cache_gb * 1e9);
   Engine engine(*model, Context{pool.get(), kCpu}, eo);
   server::HttpServer server(engine, tokenizer, model->info().generation, so);
   const int bound = server.bind();  // throws (exit 1, one line) when the port is taken
@@ -82,7 +105,7 @@ int run_serve(const std::vector<std::string>& args) {
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    server.stop();
+    server.stop(std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000)));
   });
   std::printf("hearth: serving %s at http://%s:%d (Ctrl-C to stop)\n", so.model_id.c_str(), host.c_str(), bound);
   std::fflush(stdout);

@@ -13,6 +13,12 @@ int64_t blocks_for(const Model& m, const EngineOptions& o) {
   return (tokens + o.block_size - 1) / o.block_size;
 }
 
+int64_t cache_blocks(const KvCache& kv, const EngineOptions& o) {
+  if (o.prompt_cache_bytes <= 0 || kv.n_blocks == 0) return 0;
+  const auto per_block = static_cast<int64_t>(kv.bytes()) / kv.n_blocks;
+  return per_block == 0 ? kv.n_blocks : std::min(kv.n_blocks, o.prompt_cache_bytes / per_block);
+}
+
 }  // namespace
 
 Engine::Engine(const Model& model, Context ctx, EngineOptions options)
@@ -20,16 +26,21 @@ Engine::Engine(const Model& model, Context ctx, EngineOptions options)
       ctx_(ctx),
       options_(options),
       kv_(model.allocate_kv(blocks_for(model, options), options.block_size)),
-      pool_(kv_.n_blocks) {
+      pool_(kv_.n_blocks),
+      prefix_cache_(pool_, options.block_size, cache_blocks(kv_, options)) {
   HEARTH_CHECK(options.block_size > 0);
 }
 
 Engine::~Engine() = default;
 
+int64_t Engine::block_bytes() const { return kv_.n_blocks == 0 ? 0 : static_cast<int64_t>(kv_.bytes()) / kv_.n_blocks; }
+
 void Engine::reserve(Sequence& seq, int64_t n_total) {
   const int64_t need = (n_total + options_.block_size - 1) / options_.block_size;
   while (static_cast<int64_t>(seq.blocks.size()) < need) {
     auto b = pool_.allocate();
+    // The prompt cache gives back blocks before a request is refused for want of them.
+    while (!b && prefix_cache_.evict_one()) b = pool_.allocate();
     if (!b) {
       throw InputError("KV cache full: " + std::to_string(n_total) + " tokens need " + std::to_string(need) +
                        " blocks of " + std::to_string(options_.block_size) + ", " + std::to_string(pool_.n_free()) +
@@ -57,7 +68,16 @@ Tensor Engine::step(const std::vector<Work>& work) {
   return logits;
 }
 
+int64_t Engine::attach_cached_prefix(Sequence& seq) {
+  HEARTH_CHECK(seq.blocks.empty() && seq.n_cached == 0);
+  const auto n = static_cast<int64_t>(seq.tokens.size());
+  seq.blocks = prefix_cache_.match(seq.tokens, n - 1);
+  seq.n_cached = static_cast<int64_t>(seq.blocks.size()) * options_.block_size;
+  return seq.n_cached;
+}
+
 void Engine::release(Sequence& seq) {
+  prefix_cache_.insert(seq.tokens, seq.blocks, seq.n_cached);
   for (int32_t b : seq.blocks) pool_.release(b);
   seq.blocks.clear();
   seq.n_cached = 0;

@@ -7,6 +7,7 @@
 
 #include "models/model.h"
 #include "runtime/block_pool.h"
+#include "runtime/prefix_cache.h"
 
 namespace hearth {
 
@@ -21,6 +22,9 @@ struct EngineOptions {
   // KV capacity in tokens across all sequences; 0 = the model's max context, capped at
   // 4096 (the f32 cache of a large model is big; pages are only touched when used).
   int64_t kv_tokens = 0;
+  // Prompt cache cap in bytes of KV; 0 disables it. Cached blocks are pool blocks, so the
+  // cache never holds more than the pool, and gives blocks back when the pool runs dry.
+  int64_t prompt_cache_bytes = 0;
 };
 
 class Engine {
@@ -38,13 +42,21 @@ class Engine {
   // token (or every new token with all_logits), in order. Throws InputError when the KV
   // cache cannot hold the tokens.
   Tensor step(const std::vector<Work>& work);
-  // Returns a sequence's blocks to the pool.
+  // Starts a new sequence (no blocks yet) from the prompt cache: attaches the cached blocks
+  // of the longest whole-block prefix of its tokens, leaving at least the last token to
+  // compute (its logits are needed, and a shared block is never written). Returns the number
+  // of tokens reused.
+  int64_t attach_cached_prefix(Sequence& seq);
+  // Offers the sequence's computed blocks to the prompt cache, then returns its blocks to the pool.
   void release(Sequence& seq);
 
   const Model& model() const { return model_; }
   Context& context() { return ctx_; }
   const KvCache& kv() const { return kv_; }
   const BlockPool& pool() const { return pool_; }
+  const PrefixCache& prefix_cache() const { return prefix_cache_; }
+  PrefixCache& prefix_cache() { return prefix_cache_; }
+  int64_t block_bytes() const;  // KV bytes of one block, all layers
   int64_t block_size() const { return options_.block_size; }
 
  private:
@@ -54,6 +66,7 @@ class Engine {
   EngineOptions options_;
   KvCache kv_;
   BlockPool pool_;
+  PrefixCache prefix_cache_;  // after pool_: it holds references into it
 };
 
 }  // namespace hearth

@@ -21,6 +21,7 @@ GenerationStream::GenerationStream(Engine& engine, GenerationRequest request)
   if (request_.prompt.empty()) throw InputError("the prompt is empty");
   if (request_.max_tokens < 0) throw InputError("max_tokens must be >= 0");
   if (request_.prefill_chunk <= 0) throw InputError("prefill chunk must be positive");
+  if (request_.top_logprobs > 20) throw InputError("top_logprobs must be in 0..20");
   const int64_t vocab = engine_.model().info().vocab_size;
   for (int32_t t : request_.prompt) {
     if (t < 0 || t >= vocab)
@@ -28,18 +29,28 @@ GenerationStream::GenerationStream(Engine& engine, GenerationRequest request)
   }
   seq_.tokens = request_.prompt;
   stats_.prompt_tokens = static_cast<int64_t>(request_.prompt.size());
+  stats_.cached_tokens = engine_.attach_cached_prefix(seq_);
 }
 
 GenerationStream::~GenerationStream() { engine_.release(seq_); }
 
-int32_t GenerationStream::prefill() {
+int32_t GenerationStream::sample(const Tensor& logits, std::optional<TokenLogprobs>* logprobs) {
+  // Penalties see the whole sequence; its first prompt_tokens are the prompt.
+  const auto n_prompt = static_cast<size_t>(stats_.prompt_tokens);
+  if (request_.top_logprobs < 0) return sampler_.sample(logits.data<float>(), logits.dim(1), seq_.tokens, n_prompt);
+  logprobs->emplace();
+  return sampler_.sample(logits.data<float>(), logits.dim(1), seq_.tokens, n_prompt, &**logprobs,
+                         request_.top_logprobs);
+}
+
+int32_t GenerationStream::prefill(std::optional<TokenLogprobs>* logprobs) {
   Tensor logits;
   const int64_t n = static_cast<int64_t>(seq_.tokens.size());
   while (seq_.n_cached < n) {
     const int64_t chunk = std::min(request_.prefill_chunk, n - seq_.n_cached);
     logits = engine_.step({{&seq_, chunk}});
   }
-  return sampler_.sample(logits.data<float>(), logits.dim(1));
+  return sample(logits, logprobs);
 }
 
 std::optional<TokenEvent> GenerationStream::next() {
@@ -49,19 +60,19 @@ std::optional<TokenEvent> GenerationStream::next() {
     return std::nullopt;
   }
   const Timer timer;
-  int32_t token;
+  TokenEvent ev;
   if (!started_) {
     started_ = true;
-    token = prefill();
+    ev.token = prefill(&ev.logprobs);
     stats_.prefill_seconds = timer.seconds();
   } else {
     const Tensor logits = engine_.step({{&seq_, 1}});
-    token = sampler_.sample(logits.data<float>(), logits.dim(1));
+    ev.token = sample(logits, &ev.logprobs);
     stats_.decode_seconds += timer.seconds();
   }
+  const int32_t token = ev.token;
   seq_.tokens.push_back(token);
   ++stats_.generated_tokens;
-  TokenEvent ev{token, FinishReason::kNone};
   const bool is_eos = std::find(request_.eos_ids.begin(), request_.eos_ids.end(), token) != request_.eos_ids.end();
   if (is_eos && !request_.ignore_eos) {
     ev.finish = FinishReason::kStop;

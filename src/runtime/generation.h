@@ -21,15 +21,18 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::vector<int32_t> eos_ids;  // stop tokens (the model's, usually)
   int64_t prefill_chunk = 512;   // prompt tokens per forward
+  int top_logprobs = -1;         // -1: no logprobs; 0..20: the chosen token's and this many alternatives
 };
 
 struct TokenEvent {
   int32_t token = 0;
   FinishReason finish = FinishReason::kNone;  // set on the last token
+  std::optional<TokenLogprobs> logprobs;      // when the request asked for them
 };
 
 struct GenerationStats {
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose K/V came from the prompt cache
   int64_t generated_tokens = 0;
   double prefill_seconds = 0;  // prompt forward(s) + first sample: time to first token
   double decode_seconds = 0;   // everything after the first token
@@ -49,7 +52,8 @@ class GenerationStream {
   FinishReason finish_reason() const { return finish_; }
 
  private:
-  int32_t prefill();
+  int32_t prefill(std::optional<TokenLogprobs>* logprobs);
+  int32_t sample(const Tensor& logits, std::optional<TokenLogprobs>* logprobs);
   Engine& engine_;
   GenerationRequest request_;
   Sampler sampler_;

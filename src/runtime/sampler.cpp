@@ -1,35 +1,158 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "base/error.h"
 
 namespace hearth {
 
+namespace {
+
+// Best first: higher logit, then lower id.
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   if (!(params.temperature >= 0) || !std::isfinite(params.temperature)) throw InputError("temperature must be >= 0");
   if (!(params.top_p > 0 && params.top_p <= 1)) throw InputError("top_p must be in (0, 1]");
   if (params.top_k < 0) throw InputError("top_k must be >= 0");
+  if (!(params.min_p >= 0 && params.min_p <= 1)) throw InputError("min_p must be in [0, 1]");
+  if (!(params.repetition_penalty > 0) || !std::isfinite(params.repetition_penalty))
+    throw InputError("repetition_penalty must be > 0");
+  if (params.repetition_context_size < 0) throw InputError("repetition_context_size must be >= 0");
+  if (!(params.presence_penalty >= -2 && params.presence_penalty <= 2))
+    throw InputError("presence_penalty must be in [-2, 2]");
+  if (!(params.frequency_penalty >= -2 && params.frequency_penalty <= 2))
+    throw InputError("frequency_penalty must be in [-2, 2]");
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0) throw InputError("logit_bias: token id " + std::to_string(id) + " is negative");
+    if (!std::isfinite(bias))
+      throw InputError("logit_bias: the bias of token " + std::to_string(id) + " must be finite");
+  }
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab) {
-  if (params_.temperature == 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
+void Sampler::validate(int64_t vocab) const {
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < 0 || id >= vocab)
+      throw InputError("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                       std::to_string(vocab));
   }
+}
+
+const float* Sampler::process(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt) {
+  HEARTH_CHECK(n_prompt <= tokens.size());
+  const std::span<const int32_t> generated = tokens.subspan(n_prompt);
+  const auto context = static_cast<size_t>(params_.repetition_context_size);
+  const std::span<const int32_t> window =
+      context == 0 || context >= tokens.size() ? tokens : tokens.subspan(tokens.size() - context);
+  const bool repetition = params_.repetition_penalty != 1.0f && !window.empty();
+  const bool presence_frequency =
+      (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) && !generated.empty();
+  if (params_.logit_bias.empty() && !repetition && !presence_frequency) return logits;
+
+  processed_.assign(logits, logits + vocab);
+  for (const auto& [id, bias] : params_.logit_bias) processed_[static_cast<size_t>(id)] += bias;
+  if ((repetition || presence_frequency) && counts_.size() != static_cast<size_t>(vocab))
+    counts_.assign(static_cast<size_t>(vocab), 0);
+  if (repetition) {
+    // Once per distinct token: counts_ marks the ones done, then is cleared again.
+    const float p = params_.repetition_penalty;
+    for (int32_t t : window) {
+      HEARTH_CHECK(t >= 0 && t < vocab);
+      if (counts_[static_cast<size_t>(t)]++ != 0) continue;
+      float& l = processed_[static_cast<size_t>(t)];
+      l = l > 0 ? l / p : l * p;
+    }
+    for (int32_t t : window) counts_[static_cast<size_t>(t)] = 0;
+  }
+  if (presence_frequency) {
+    for (int32_t t : generated) {
+      HEARTH_CHECK(t >= 0 && t < vocab);
+      ++counts_[static_cast<size_t>(t)];
+    }
+    for (int32_t t : generated) {
+      int32_t& c = counts_[static_cast<size_t>(t)];
+      if (c == 0) continue;  // a repeat, already done
+      processed_[static_cast<size_t>(t)] -=
+          params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
+      c = 0;
+    }
+  }
+  return processed_.data();
+}
+
+int32_t Sampler::draw_prefix(size_t keep, double kept_sum) {
+  const double r = std::uniform_real_distribution<double>(0.0, kept_sum)(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += scratch_[i].first;
+    if (r < acc) return scratch_[i].second;
+  }
+  return scratch_[keep - 1].second;
+}
+
+// Sorting keys: a float's bits mapped so that unsigned order is descending value order, -0
+// as +0 (by_logit sees them equal, so their order must come from the id).
+static inline uint32_t descending_key(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f + 0.0f);
+  return (u & 0x80000000u) ? u : ~(u | 0x80000000u);
+}
+
+// A stable LSD radix sort (3 passes of 11 bits) of scratch_[0, n) by descending value: from id
+// order it gives exactly the by_logit order, in O(n) where std::sort is O(n log n).
+void Sampler::radix_sort(size_t n) {
+  constexpr int kBits = 11, kPasses = 3;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  uint32_t hist[kPasses][1u << kBits] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = descending_key(scratch_[i].first);
+    for (int p = 0; p < kPasses; ++p) ++hist[p][(key >> (p * kBits)) & kMask];
+  }
+  radix_tmp_.resize(n);
+  std::pair<float, int32_t>* src = scratch_.data();
+  std::pair<float, int32_t>* dst = radix_tmp_.data();
+  for (int p = 0; p < kPasses; ++p) {
+    const int shift = p * kBits;
+    uint32_t* h = hist[p];
+    if (h[(descending_key(src[0].first) >> shift) & kMask] == n) continue;  // one bucket: nothing moves
+    uint32_t offset = 0;
+    for (uint32_t d = 0; d <= kMask; ++d) offset += std::exchange(h[d], offset);
+    for (size_t i = 0; i < n; ++i) dst[h[(descending_key(src[i].first) >> shift) & kMask]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != scratch_.data()) std::copy(src, src + n, scratch_.data());
+}
+
+// by_logit is a strict total order (ids differ), so every method gives the same first k.
+void Sampler::sort_best_first(size_t n, size_t k) {
+  const auto first = scratch_.begin();
+  if (k <= 256) {
+    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(k), first + static_cast<std::ptrdiff_t>(n), by_logit);
+  } else if (n <= 4096) {
+    std::sort(first, first + static_cast<std::ptrdiff_t>(n), by_logit);
+  } else {
+    radix_sort(n);
+  }
+}
+
+// The sampler as it was before min-p and the processors, kept bit-for-bit: the same draws for
+// the same seed (the same order, sums and walk; only the sort is now O(vocab) for a large k).
+int32_t Sampler::draw_sorted(const float* logits, int64_t vocab) {
   // Candidates sorted by logit, best first; top-k cuts the list.
   scratch_.resize(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i)
     scratch_[static_cast<size_t>(i)] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
   const size_t k =
       params_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(params_.top_k), scratch_.size()) : scratch_.size();
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::partial_sort(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k), scratch_.end(), by_logit);
+  sort_best_first(scratch_.size(), k);
   scratch_.resize(k);
   // Softmax over the kept candidates.
   const float mx = scratch_.front().first;
@@ -52,13 +175,111 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   }
   double kept_sum = 0;
   for (size_t i = 0; i < keep; ++i) kept_sum += scratch_[i].first;
-  const double r = std::uniform_real_distribution<double>(0.0, kept_sum)(rng_);
-  double acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += scratch_[i].first;
-    if (r < acc) return scratch_[i].second;
+  return draw_prefix(keep, kept_sum);
+}
+
+// min-p on: only the tokens with prob >= min_p * max_prob can be drawn, so only those are sorted
+// (usually a handful); top-p's normaliser (over the top-k set) is an O(vocab) sum.
+int32_t Sampler::draw_min_p(const float* logits, int64_t vocab) {
+  const auto v = static_cast<size_t>(vocab);
+  scratch_.resize(v);
+  float mx = -INFINITY;
+  for (size_t i = 0; i < v; ++i) {
+    scratch_[i] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
+    mx = std::max(mx, scratch_[i].first);
   }
-  return scratch_[keep - 1].second;
+  // The survivors (prob / max_prob >= min_p, in log space as mlx_lm), moved to the front in id
+  // order. The best token always survives.
+  const float log_min_p = std::log(params_.min_p);
+  size_t m = 0;
+  for (size_t i = 0; i < v; ++i)
+    if (scratch_[i].first - mx >= log_min_p) std::swap(scratch_[m++], scratch_[i]);
+  const size_t k = params_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(params_.top_k), v) : v;
+  const size_t n = std::min(k, m);  // min-p's survivors are a best-first prefix: so are top-k's
+  sort_best_first(m, n);
+  // Top-p's normaliser is over the top-k set, which may reach past the survivors.
+  double sum = 0;
+  if (params_.top_p < 1.0f) {
+    if (k == v) {
+      for (size_t i = 0; i < v; ++i) sum += std::exp(logits[i] / params_.temperature - mx);
+    } else if (m >= k) {
+      for (size_t i = 0; i < k; ++i) sum += std::exp(scratch_[i].first - mx);
+    } else {
+      values_.resize(v);
+      for (size_t i = 0; i < v; ++i) values_[i] = logits[i] / params_.temperature;
+      std::nth_element(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(k - 1), values_.end(),
+                       std::greater<float>());
+      for (size_t i = 0; i < k; ++i) sum += std::exp(values_[i] - mx);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) scratch_[i].first = std::exp(scratch_[i].first - mx);
+  // Top-p; when its cut falls past the kept tokens, min-p's (or top-k's) wins.
+  size_t keep = n;
+  if (params_.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += scratch_[i].first / sum;
+      if (cum >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept_sum = 0;
+  for (size_t i = 0; i < keep; ++i) kept_sum += scratch_[i].first;
+  return draw_prefix(keep, kept_sum);
+}
+
+void Sampler::fill_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprobs* out) {
+  float mx = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] - mx);
+  const double log_z = static_cast<double>(mx) + std::log(sum);
+  auto logprob = [&](int64_t i) { return static_cast<float>(static_cast<double>(logits[i]) - log_z); };
+  out->logprob = logprob(chosen);
+
+  // Top-n by a bounded insertion: ids ascend, and an equal logit never displaces or passes an
+  // earlier one, so ties come out by lower id.
+  auto& top = out->top;
+  top.clear();
+  const auto n = static_cast<size_t>(std::min<int64_t>(top_n, vocab));
+  if (n == 0) return;
+  if (top.capacity() < n) top.reserve(20);
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (top.size() == n) {
+      if (!(v > top.back().second)) continue;
+      top.pop_back();
+    }
+    auto pos = std::upper_bound(top.begin(), top.end(), v, [](float x, const auto& e) { return x > e.second; });
+    top.insert(pos, {static_cast<int32_t>(i), v});
+  }
+  for (auto& [id, v] : top) v = logprob(id);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt,
+                        TokenLogprobs* logprobs, int top_n) {
+  if (top_n < 0 || top_n > 20) throw InputError("top_logprobs must be in [0, 20]");
+  HEARTH_CHECK(vocab > 0);
+  if (vocab != validated_vocab_) {
+    validate(vocab);
+    validated_vocab_ = vocab;
+  }
+  const float* l = process(logits, vocab, tokens, n_prompt);
+  int32_t token;
+  if (params_.temperature == 0.0f) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (l[i] > l[best]) best = i;
+    token = static_cast<int32_t>(best);
+  } else if (params_.min_p > 0.0f) {
+    token = draw_min_p(l, vocab);
+  } else {
+    token = draw_sorted(l, vocab);
+  }
+  if (logprobs) fill_logprobs(l, vocab, token, top_n, logprobs);
+  return token;
 }
 
 }  // namespace hearth

@@ -21,7 +21,34 @@ ChannelItem RequestChannel::pop() {
 }
 
 EngineWorker::EngineWorker(Engine& engine, size_t max_queue)
-    : engine_(engine), max_queue_(max_queue), thread_([this] { loop(); }) {}
+    : engine_(engine), max_queue_(max_queue), thread_([this] { loop(); }) {
+  publish_state(false);
+}
+
+void EngineWorker::publish_state(bool running) {
+  EngineState st;
+  st.running = running ? 1 : 0;
+  st.kv_blocks_total = engine_.pool().n_blocks();
+  st.kv_blocks_used = st.kv_blocks_total - engine_.pool().n_free();
+  st.prompt_cache_entries = engine_.prefix_cache().n_entries();
+  st.prompt_cache_bytes = st.prompt_cache_entries * engine_.block_bytes();
+  st.prompt_cache_max_bytes = engine_.prefix_cache().max_blocks() * engine_.block_bytes();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = st;
+  }
+  idle_cv_.notify_all();
+}
+
+EngineWorker::EngineState EngineWorker::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+bool EngineWorker::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [&] { return queue_.empty() && state_.running == 0; });
+}
 
 EngineWorker::~EngineWorker() {
   shutdown();
@@ -64,8 +91,10 @@ void EngineWorker::loop() {
       if (queue_.empty()) return;  // stopping
       job = std::move(queue_.front());
       queue_.pop_front();
+      state_.running = 1;  // before the lock drops, so wait_idle never sees a gap
     }
     run(job);
+    publish_state(false);
   }
 }
 
@@ -79,7 +108,8 @@ void EngineWorker::run(Job& job) {
       std::optional<TokenEvent> ev = stream.next();
       if (!ev) break;
       ChannelItem item;
-      item.token = *ev;
+      item.token = std::move(*ev);
+      item.stats = stream.stats();  // the reader knows cached_tokens even if it stops reading early
       ch.push(std::move(item));
       bool stopping;
       {

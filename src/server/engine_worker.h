@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -22,7 +23,7 @@ struct ChannelItem {
   enum class Kind { kToken, kDone, kError };
   Kind kind = Kind::kToken;
   TokenEvent token;                           // kToken
-  GenerationStats stats;                      // kDone
+  GenerationStats stats;                      // so far (kToken), final (kDone)
   FinishReason finish = FinishReason::kNone;  // kDone
   std::string error;                          // kError: the message
   bool bad_input = false;                     // kError: an InputError (HTTP 400), else an internal error (500)
@@ -55,6 +56,17 @@ class EngineWorker {
   // The request's channel, or nullptr when the queue is full (the caller answers 503).
   std::shared_ptr<RequestChannel> submit(GenerationRequest request);
   size_t queued() const;
+  // Waits until no request is queued or running, or the timeout passes; true when idle.
+  bool wait_idle(std::chrono::milliseconds timeout);
+
+  // Engine state for /stats and /metrics, published by the engine thread after each request
+  // (other threads must not touch the engine).
+  struct EngineState {
+    int64_t running = 0;  // requests being generated (0 or 1 for now)
+    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+    int64_t prompt_cache_entries = 0, prompt_cache_bytes = 0, prompt_cache_max_bytes = 0;
+  };
+  EngineState state() const;
   // Refuses new requests, answers queued ones with an error and stops the running one at its
   // next token (it ends with FinishReason::kNone). Does not wait.
   void shutdown();
@@ -66,6 +78,7 @@ class EngineWorker {
   };
   void loop();
   void run(Job& job);
+  void publish_state(bool running);
 
   Engine& engine_;
   const size_t max_queue_;
@@ -73,7 +86,9 @@ class EngineWorker {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool stopping_ = false;
-  std::thread thread_;  // last: starts after everything above is initialized
+  EngineState state_;                // guarded by mu_
+  std::condition_variable idle_cv_;  // signalled when a request ends
+  std::thread thread_;               // last: starts after everything above is initialized
 };
 
 }  // namespace hearth::server

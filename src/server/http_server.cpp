@@ -8,9 +8,12 @@
 #include <cstdio>
 #include <thread>
 
+#include "server/anthropic_api.h"
 #include "server/api_error.h"
 #include "server/engine_worker.h"
-#include "server/stop_matcher.h"
+#include "server/generation_reader.h"
+#include "server/metrics.h"
+#include "server/openai_api.h"
 
 namespace hearth::server {
 
@@ -23,7 +26,29 @@ void send_json(httplib::Response& res, int status, const ojson& body) {
   res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), kJson);
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), error_body(e)); }
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The request body as JSON, read here rather than by httplib: httplib caps bodies sent as
+// application/x-www-form-urlencoded at 8 KB (413), and `curl -d` sends JSON with that type.
+ojson read_json_body(const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader,
+                     const ServerOptions& options) {
+  std::string body;
+  bool too_large = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    too_large = body.size() + n > options.max_body_bytes;
+    if (!too_large) body.append(data, n);
+    return !too_large;
+  });
+  if (too_large || res.status == 413) throw ApiError(413, "the request body is too large", "", "payload_too_large");
+  if (!ok) throw ApiError(400, "could not read the request body", "", "bad_request");
+  try {
+    return ojson::parse(body);
+  } catch (const ojson::parse_error& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
+  }
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -37,78 +62,6 @@ std::string new_id(const char* prefix) {
   return buf;
 }
 
-std::string sse(const ojson& j) { return "data: " + j.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n"; }
-
-// The HTTP side of one generation: tokens from the engine -> streaming detokenizer -> stop
-// strings. Destroying it cancels the engine's work for this request (client gone, stop found).
-class TextReader {
- public:
-  TextReader(const Tokenizer& tok, std::vector<std::string> stops, std::shared_ptr<RequestChannel> channel,
-             ChannelItem first)
-      : decoder_(tok, /*skip_special_tokens=*/true),
-        stop_(std::move(stops)),
-        channel_(std::move(channel)),
-        pending_(std::move(first)) {}
-  ~TextReader() { channel_->cancel(); }
-  TextReader(const TextReader&) = delete;
-  TextReader& operator=(const TextReader&) = delete;
-
-  // The next piece of text (possibly empty); false once the generation has ended (then
-  // finish() and error() are final).
-  bool next(std::string* text) {
-    text->clear();
-    if (done_) return false;
-    ChannelItem item;
-    if (pending_) {
-      item = std::move(*pending_);
-      pending_.reset();
-    } else {
-      item = channel_->pop();
-    }
-    switch (item.kind) {
-      case ChannelItem::Kind::kToken:
-        ++completion_tokens_;
-        *text = stop_.push(decoder_.push(item.token.token));
-        if (stop_.stopped()) end(FinishReason::kStop);
-        return true;
-      case ChannelItem::Kind::kDone:
-        *text = stop_.push(decoder_.flush());
-        if (stop_.stopped()) {
-          end(FinishReason::kStop);
-        } else {
-          *text += stop_.flush();
-          end(item.finish == FinishReason::kStop ? FinishReason::kStop : FinishReason::kLength);
-        }
-        return true;
-      case ChannelItem::Kind::kError:
-        error_ = item.error;
-        done_ = true;
-        return false;
-    }
-    return false;
-  }
-  void cancel() { channel_->cancel(); }
-  bool done() const { return done_; }
-  FinishReason finish() const { return finish_; }
-  const std::string& error() const { return error_; }
-  int64_t completion_tokens() const { return completion_tokens_; }
-
- private:
-  void end(FinishReason r) {
-    finish_ = r;
-    done_ = true;
-    channel_->cancel();  // a stop string ends the generation: the engine need not go on
-  }
-  StreamingDecoder decoder_;
-  StopMatcher stop_;
-  std::shared_ptr<RequestChannel> channel_;
-  std::optional<ChannelItem> pending_;
-  bool done_ = false;
-  FinishReason finish_ = FinishReason::kNone;
-  std::string error_;
-  int64_t completion_tokens_ = 0;
-};
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -120,6 +73,8 @@ struct HttpServer::Impl {
     model.eos_ids = stop_token_ids(gen.eos_token_ids, &tokenizer);
     model.defaults = options.defaults;
     model.model_id = options.model_id;
+    model.tool_format = detect_tool_format(tok.config().chat_template);
+    model.has_reasoning = tok.token_to_id("<think>").has_value() && tok.token_to_id("</think>").has_value();
     model.prompt_mutex = &prompt_mutex;
     // Read now, before the engine thread starts: afterwards only that thread touches the engine.
     kv_capacity = engine.pool().n_blocks() * engine.block_size();
@@ -128,10 +83,16 @@ struct HttpServer::Impl {
 
   void setup();
   bool authorized(const httplib::Request& req) const;
-  void generate(const std::string& body, httplib::Response& res, Endpoint endpoint);
-  // Runs a handler; whatever it throws becomes a JSON error response.
+  void handle(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader, Endpoint ep);
+  void generate(const ojson& body, httplib::Response& res, Endpoint endpoint, Clock::time_point received);
+  void count_tokens(const ojson& body, httplib::Response& res);
+  Gauges gauges() const;
+  void send_error(httplib::Response& res, const ApiError& e, Endpoint ep) const {
+    send_json(res, e.status(), ep == Endpoint::kMessages ? anthropic_error_body(e.status(), e.what()) : error_body(e));
+  }
+  // Runs a handler; whatever it throws becomes a JSON error response in the route's format.
   template <typename F>
-  void guarded(httplib::Response& res, F&& f);
+  void guarded(httplib::Response& res, Endpoint ep, F&& f);
 
   ServerOptions options;
   const Tokenizer& tokenizer;
@@ -139,25 +100,27 @@ struct HttpServer::Impl {
   std::mutex prompt_mutex;
   ModelContext model;
   int64_t kv_capacity = 0;  // tokens the KV cache holds
+  Metrics metrics;
   httplib::Server http;
-  std::atomic<bool> stop_requested{false}, in_run{false};
+  std::atomic<bool> stop_requested{false}, in_run{false}, draining{false};
   EngineWorker worker;  // after everything the engine thread may read
 };
 
 template <typename F>
-void HttpServer::Impl::guarded(httplib::Response& res, F&& f) {
+void HttpServer::Impl::guarded(httplib::Response& res, Endpoint ep, F&& f) {
   try {
     f();
   } catch (const ApiError& e) {
-    send_error(res, e);
+    send_error(res, e, ep);
   } catch (const InputError& e) {
-    send_error(res, ApiError(400, e.what()));
+    send_error(res, ApiError(400, e.what()), ep);
   } catch (const std::bad_alloc&) {
-    send_error(res, ApiError(500, "out of memory", "", "internal_error", "server_error"));
+    send_error(res, ApiError(500, "out of memory", "", "internal_error", "server_error"), ep);
   } catch (const std::exception& e) {
-    send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error", "server_error"));
+    send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "internal_error", "server_error"),
+               ep);
   } catch (...) {
-    send_error(res, ApiError(500, "internal error", "", "internal_error", "server_error"));
+    send_error(res, ApiError(500, "internal error", "", "internal_error", "server_error"), ep);
   }
 }
 
@@ -165,6 +128,19 @@ bool HttpServer::Impl::authorized(const httplib::Request& req) const {
   if (options.api_key.empty()) return true;
   if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
   return req.has_header("x-api-key") && req.get_header_value("x-api-key") == options.api_key;
+}
+
+Gauges HttpServer::Impl::gauges() const {
+  const EngineWorker::EngineState st = worker.state();
+  Gauges g;
+  g.queue_depth = static_cast<int64_t>(worker.queued());
+  g.requests_running = st.running;
+  g.kv_blocks_used = st.kv_blocks_used;
+  g.kv_blocks_total = st.kv_blocks_total;
+  g.prompt_cache_bytes = st.prompt_cache_bytes;
+  g.prompt_cache_entries = st.prompt_cache_entries;
+  g.resident_memory_bytes = resident_memory_bytes();
+  return g;
 }
 
 void HttpServer::Impl::setup() {
@@ -180,8 +156,11 @@ void HttpServer::Impl::setup() {
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/health" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY)", "", "invalid_api_key",
-                             "authentication_error"));
+    const Endpoint ep = req.path.rfind("/v1/messages", 0) == 0 ? Endpoint::kMessages : Endpoint::kChat;
+    send_error(res,
+               ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)", "",
+                        "invalid_api_key", "authentication_error"),
+               ep);
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own failures (no route, body over the limit, unparseable request) come here
@@ -198,7 +177,7 @@ void HttpServer::Impl::setup() {
     return httplib::Server::HandlerResponse::Handled;
   }));
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError(500, "internal error", "", "internal_error", "server_error"));
+    send_json(res, 500, error_body("internal error", "server_error", "internal_error"));
   });
 
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
@@ -208,41 +187,62 @@ void HttpServer::Impl::setup() {
     m["object"] = "model";
     m["created"] = unix_now();
     m["owned_by"] = "hearth";
+    m["context_length"] = kv_capacity;
     send_json(res, 200, {{"object", "list"}, {"data", ojson::array({m})}});
   });
-  // The body is read by the handler rather than by httplib: httplib caps bodies sent as
-  // application/x-www-form-urlencoded at 8 KB (413), and `curl -d` sends JSON with that type.
+  http.Get("/stats", [this](const httplib::Request&, httplib::Response& res) {
+    const EngineWorker::EngineState st = worker.state();
+    ojson j;
+    j["model"] = options.model_id;
+    j["context_tokens"] = kv_capacity;
+    const ojson stats = metrics.stats(gauges());
+    for (auto it = stats.begin(); it != stats.end(); ++it) j[it.key()] = it.value();
+    j["cache"]["max_bytes"] = st.prompt_cache_max_bytes;
+    j["kv"] = {{"blocks_used", st.kv_blocks_used}, {"blocks_total", st.kv_blocks_total}};
+    send_json(res, 200, j);
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(metrics.prometheus(gauges()), "text/plain; version=0.0.4; charset=utf-8");
+  });
   for (const auto& [path, endpoint] :
-       {std::pair{"/v1/chat/completions", Endpoint::kChat}, std::pair{"/v1/completions", Endpoint::kCompletion}}) {
+       {std::pair{"/v1/chat/completions", Endpoint::kChat}, std::pair{"/v1/completions", Endpoint::kCompletion},
+        std::pair{"/v1/messages", Endpoint::kMessages}}) {
     const Endpoint ep = endpoint;
-    http.Post(path, [this, ep](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
-      guarded(res, [&] {
-        std::string body;
-        bool too_large = false;
-        const bool ok = reader([&](const char* data, size_t n) {
-          too_large = body.size() + n > options.max_body_bytes;
-          if (!too_large) body.append(data, n);
-          return !too_large;
-        });
-        if (too_large || res.status == 413) {
-          throw ApiError(413, "the request body is too large", "", "payload_too_large");
-        }
-        if (!ok) throw ApiError(400, "could not read the request body", "", "bad_request");
-        generate(body, res, ep);
-      });
-    });
+    http.Post(path, [this, ep](const httplib::Request& req, httplib::Response& res,
+                               const httplib::ContentReader& reader) { handle(req, res, reader, ep); });
   }
+  http.Post("/v1/messages/count_tokens",
+            [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+              guarded(res, Endpoint::kMessages, [&] { count_tokens(read_json_body(req, res, reader, options), res); });
+            });
 }
 
-void HttpServer::Impl::generate(const std::string& text, httplib::Response& res, Endpoint endpoint) {
-  ojson body;
-  try {
-    body = ojson::parse(text);
-  } catch (const ojson::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-  }
-  ParsedRequest pr =
-      endpoint == Endpoint::kChat ? parse_chat_request(body, model) : parse_completion_request(body, model);
+void HttpServer::Impl::handle(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                              Endpoint ep) {
+  const Clock::time_point received = Clock::now();
+  guarded(res, ep, [&] {
+    if (draining) {
+      throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
+    }
+    generate(read_json_body(req, res, reader, options), res, ep, received);
+  });
+  // A stream counts as a 200 once its headers are set; its end is recorded by the stream.
+  metrics.count_request(endpoint_label(ep), res.status == -1 ? 200 : res.status);
+}
+
+void HttpServer::Impl::count_tokens(const ojson& body, httplib::Response& res) {
+  ojson b = body;
+  if (b.is_object() && !b.contains("max_tokens")) b["max_tokens"] = 1;
+  const ParsedRequest pr = parse_messages_request(b, model);
+  send_json(res, 200, {{"input_tokens", static_cast<int64_t>(pr.generation.prompt.size())}});
+}
+
+void HttpServer::Impl::generate(const ojson& body, httplib::Response& res, Endpoint endpoint,
+                                Clock::time_point received) {
+  ParsedRequest pr = endpoint == Endpoint::kChat         ? parse_chat_request(body, model)
+                     : endpoint == Endpoint::kCompletion ? parse_completion_request(body, model)
+                                                         : parse_messages_request(body, model);
   const auto prompt_tokens = static_cast<int64_t>(pr.generation.prompt.size());
   // Refused up front rather than failing mid-generation once the KV cache is full. Requests
   // run one at a time, so the whole cache is this request's.
@@ -251,7 +251,7 @@ void HttpServer::Impl::generate(const std::string& text, httplib::Response& res,
                    "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
                        std::to_string(pr.generation.max_tokens) + ") exceeds the context of " +
                        std::to_string(kv_capacity) + " tokens (--ctx)",
-                   endpoint == Endpoint::kChat ? "messages" : "prompt", "context_over_budget");
+                   endpoint == Endpoint::kCompletion ? "prompt" : "messages", "context_over_budget");
   }
   std::shared_ptr<RequestChannel> channel = worker.submit(pr.generation);
   if (!channel) {
@@ -266,61 +266,94 @@ void HttpServer::Impl::generate(const std::string& text, httplib::Response& res,
     if (first.bad_input) throw ApiError(400, first.error);
     throw ApiError(500, first.error, "", "internal_error", "server_error");
   }
-  auto reader = std::make_shared<TextReader>(tokenizer, pr.stop, channel, std::move(first));
-  ResponseMeta meta{endpoint, new_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"), unix_now(),
-                    options.model_id};
+  metrics.observe_time_to_first_token(seconds_since(received));
+  metrics.count_prompt_cache_lookup(first.stats.cached_tokens);
+  metrics.add_prompt_tokens(prompt_tokens);
+  auto reader = std::make_shared<GenerationReader>(tokenizer, pr.reader, channel, std::move(first), &metrics);
+  const char* prefix = endpoint == Endpoint::kChat ? "chatcmpl-" : endpoint == Endpoint::kCompletion ? "cmpl-" : "msg_";
+  ResponseMeta meta{endpoint,      new_id(prefix),   unix_now(), options.model_id,
+                    prompt_tokens, pr.include_usage, pr.logprobs};
+  Metrics* m = &metrics;
+  // Called once the response has ended, finished or not (client gone): stop the engine's
+  // work and record the request.
+  auto finished = [reader, m, received](bool) {
+    if (!reader->done()) m->count_cancelled();
+    reader->cancel();
+    m->add_generated_tokens(reader->completion_tokens());
+    m->observe_request_duration(seconds_since(received));
+  };
 
   if (!pr.stream) {
-    std::string text, piece;
-    while (reader->next(&piece)) text += piece;
-    if (!reader->error().empty()) throw ApiError(500, reader->error(), "", "internal_error", "server_error");
-    send_json(res, 200, response_body(meta, text, reader->finish(), prompt_tokens, reader->completion_tokens()));
+    // The status and headers go out now; the JSON follows when the generation ends, after
+    // leading spaces (valid JSON whitespace) written while it runs: a write to a client that
+    // has gone away fails, and that cancels the generation.
+    auto out = std::make_shared<GenerationOutput>();
+    auto last_write = std::make_shared<Clock::time_point>(Clock::now());
+    res.set_chunked_content_provider(
+        "application/json",
+        [this, reader, out, meta, last_write](size_t, httplib::DataSink& sink) {
+          try {
+            ReaderStep step;
+            const bool more = reader->next(&step);
+            accumulate(step, out.get());
+            if (!reader->done()) {
+              if (more && Clock::now() - *last_write > std::chrono::milliseconds(100)) {
+                *last_write = Clock::now();
+                return sink.write(" ", 1);
+              }
+              return true;
+            }
+            const ojson body = !reader->error().empty()
+                                   ? (meta.endpoint == Endpoint::kMessages
+                                          ? anthropic_error_body(500, reader->error())
+                                          : error_body(reader->error(), "server_error", "internal_error"))
+                               : meta.endpoint == Endpoint::kMessages ? anthropic_response(meta, *out, *reader)
+                                                                      : openai_response(meta, *out, *reader, tokenizer);
+            const std::string text = body.dump(-1, ' ', false, ojson::error_handler_t::replace);
+            if (!sink.write(text.data(), text.size())) return false;
+            sink.done();
+            return true;
+          } catch (...) {
+            return false;
+          }
+        },
+        finished);
     return;
   }
 
-  const bool include_usage = pr.include_usage;
-  auto sent_first = std::make_shared<bool>(false);
+  std::shared_ptr<StreamWriter> writer =
+      endpoint == Endpoint::kMessages ? anthropic_stream_writer(meta) : openai_stream_writer(meta, tokenizer);
+  auto started = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [reader, meta, include_usage, prompt_tokens, sent_first](size_t, httplib::DataSink& sink) {
+      [reader, writer, started](size_t, httplib::DataSink& sink) {
         // One token per call; returning false closes the connection (the client is gone).
         try {
-          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-          if (!*sent_first) {
-            *sent_first = true;
-            if (meta.endpoint == Endpoint::kChat && !write(sse(chunk_body(meta, "", true, std::nullopt)))) return false;
+          auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+          if (!*started) {
+            *started = true;
+            if (!write(writer->begin())) return false;
           }
-          std::string piece;
-          if (reader->next(&piece) && !piece.empty()) {
-            if (!write(sse(chunk_body(meta, piece, false, std::nullopt)))) return false;
-          }
+          ReaderStep step;
+          reader->next(&step);
+          if (!write(writer->step(step))) return false;
           if (!reader->done()) return true;
-          if (!reader->error().empty()) {
-            // Headers are out: an error mid-stream is an error frame.
-            if (!write(sse(error_body(reader->error(), "server_error", "internal_error")))) return false;
-          } else {
-            if (!write(sse(chunk_body(meta, "", false, reader->finish())))) return false;
-            if (include_usage && !write(sse(usage_chunk(meta, prompt_tokens, reader->completion_tokens())))) {
-              return false;
-            }
-          }
-          if (!write("data: [DONE]\n\n")) return false;
+          if (!write(reader->error().empty() ? writer->end(*reader) : writer->error(reader->error()))) return false;
           sink.done();
           return true;
         } catch (...) {
           return false;
         }
       },
-      // Called when the response ends, finished or not: stop the engine's work either way.
-      [reader](bool) { reader->cancel(); });
+      finished);
 }
 
 HttpServer::HttpServer(Engine& engine, const Tokenizer& tokenizer, const GenerationConfig& generation,
                        ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, generation, std::move(options))) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() { stop(std::chrono::milliseconds(0)); }
 
 int HttpServer::bind() {
   const ServerOptions& o = impl_->options;
@@ -342,13 +375,19 @@ void HttpServer::run() {
   impl_->in_run = false;
 }
 
-void HttpServer::stop() {
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  Impl& i = *impl_;
+  const bool first = !i.stop_requested.exchange(true);
+  i.draining = true;  // requests that still arrive (kept-alive connections) get 503
   // A stop() that lands between run()'s check and httplib's listen loop starting would be
   // lost (httplib's stop() ignores a server that is not running yet): wait for it to start.
-  impl_->stop_requested = true;
-  impl_->worker.shutdown();  // streams in flight end at their next token, so the HTTP pool can drain
-  while (impl_->in_run && !impl_->http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  impl_->http.stop();
+  while (i.in_run && !i.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  i.http.stop();  // closes the listening socket; run() returns once the handlers are done
+  if (first && grace.count() > 0 && !i.worker.wait_idle(grace)) {
+    std::fprintf(stderr, "hearth: requests still running after %lld ms; cancelling them\n",
+                 static_cast<long long>(grace.count()));
+  }
+  i.worker.shutdown();  // whatever still runs ends at its next token
 }
 
 }  // namespace hearth::server

@@ -3,11 +3,13 @@
 // takes the server down: each handler catches everything and answers with a JSON error.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
 
-#include "server/openai_api.h"
+#include "runtime/engine.h"
+#include "server/request.h"
 
 namespace hearth::server {
 
@@ -36,8 +38,10 @@ class HttpServer {
   int bind();
   // Serves until stop(); call after bind().
   void run();
-  // From any thread: stops accepting, lets run() return.
-  void stop();
+  // From any thread: stops accepting connections, lets the requests in flight finish for up
+  // to `grace`, cancels what still runs at its next token; run() returns once every handler
+  // is done.
+  void stop(std::chrono::milliseconds grace);
 
  private:
   struct Impl;

@@ -1,103 +1,28 @@
 #include "server/openai_api.h"
 
-#include <random>
-
-#include "server/api_error.h"
+#include "server/request_fields.h"
 
 namespace hearth::server {
 
 namespace {
 
-// A field counts as given when present and not null (clients send null for "default").
-const ojson* field(const ojson& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::optional<double> number_field(const ojson& body, const char* name) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) bad_field(name, "must be a number");
-  return v->get<double>();
-}
-
-std::optional<int64_t> integer_field(const ojson& body, const char* name) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_number_integer()) bad_field(name, "must be an integer");
-  return v->get<int64_t>();
-}
-
-bool bool_field(const ojson& body, const char* name, bool fallback) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return fallback;
-  if (!v->is_boolean()) bad_field(name, "must be true or false");
-  return v->get<bool>();
-}
-
-std::vector<std::string> stop_field(const ojson& body) {
-  const ojson* v = field(body, "stop");
-  if (v == nullptr) return {};
-  if (v->is_string()) return {v->get<std::string>()};
-  if (!v->is_array()) bad_field("stop", "must be a string or a list of strings");
-  std::vector<std::string> out;
-  for (const ojson& s : *v) {
-    if (!s.is_string()) bad_field("stop", "must be a string or a list of strings");
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
-// Fields whose effect Hearth does not implement yet: refusing beats silently ignoring them.
+// Fields whose effect Hearth does not implement: refusing beats silently ignoring them.
 void refuse_unsupported(const ojson& body) {
   if (auto n = integer_field(body, "n"); n && *n != 1) bad_field("n", "only n = 1 is supported");
-  if (bool_field(body, "logprobs", false)) bad_field("logprobs", "logprobs are not supported yet");
+  if (bool_field(body, "echo").value_or(false)) bad_field("echo", "echo is not supported");
 }
 
-// Everything both endpoints share: sampling, max_tokens, stop, stream.
+// Everything both OpenAI endpoints share: sampling, max_tokens, stop, stream.
 void parse_common(const ojson& body, const ModelContext& ctx, ParsedRequest& out) {
   if (const ojson* m = field(body, "model"); m != nullptr && !m->is_string()) bad_field("model", "must be a string");
   refuse_unsupported(body);
-  const SamplingDefaults& d = ctx.defaults;
-  const GenerationConfig& gen = ctx.generation;
-  const bool model_samples = gen.do_sample.value_or(false);
-
-  std::optional<int64_t> max_tokens = integer_field(body, "max_completion_tokens");
-  const char* max_name = "max_completion_tokens";
-  if (!max_tokens) {
-    max_tokens = integer_field(body, "max_tokens");
-    max_name = "max_tokens";
-  }
-  if (max_tokens && *max_tokens < 1) bad_field(max_name, "must be >= 1");
-  out.generation.max_tokens = max_tokens.value_or(d.max_tokens.value_or(kDefaultMaxTokens));
-
-  // Request field, then the server's flag, then generation_config.json (when it samples),
-  // then greedy, as mlx_lm.server (temperature 0.0 by default).
-  std::optional<double> temp = number_field(body, "temperature");
-  if (temp && *temp < 0) bad_field("temperature", "must be >= 0");
-  std::optional<double> top_p = number_field(body, "top_p");
-  if (top_p && !(*top_p > 0 && *top_p <= 1)) bad_field("top_p", "must be in (0, 1]");
-  std::optional<int64_t> top_k = integer_field(body, "top_k");
-  if (top_k && *top_k < -1) bad_field("top_k", "must be >= 0 (0 or -1 = off)");
-  SamplingParams& s = out.generation.sampling;
-  s.temperature =
-      static_cast<float>(temp.value_or(d.temperature.value_or(model_samples ? gen.temperature.value_or(1.0) : 0.0)));
-  s.top_p = static_cast<float>(top_p.value_or(d.top_p.value_or(model_samples ? gen.top_p.value_or(1.0) : 1.0)));
-  const int64_t k = top_k.value_or(d.top_k.value_or(model_samples ? gen.top_k.value_or(0) : 0));
-  s.top_k = k < 0 ? 0 : k;
-  if (std::optional<int64_t> seed = integer_field(body, "seed")) {
-    s.seed = static_cast<uint64_t>(*seed);
-  } else {
-    s.seed = std::random_device{}();  // without a seed, samples differ between requests
-  }
-
-  out.stop = stop_field(body);
-  out.stream = bool_field(body, "stream", false);
+  parse_sampling(body, ctx, 2.0, out);
+  out.reader.stops = string_list_field(body, "stop");
+  out.stream = bool_field(body, "stream").value_or(false);
   if (const ojson* so = field(body, "stream_options")) {
     if (!so->is_object()) bad_field("stream_options", "must be an object");
-    out.include_usage = bool_field(*so, "include_usage", false);
+    out.include_usage = bool_field(*so, "include_usage").value_or(false);
   }
-  out.generation.eos_ids = ctx.eos_ids;
 }
 
 // A message's content as the template sees it: a string (list content is joined text parts,
@@ -149,9 +74,40 @@ ojson validated_messages(const ojson& body) {
     } else {
       msg["content"] = message_content(*content, where + ".content", may_be_null);
     }
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null() && !tc->is_array()) {
+      bad_field(where + ".tool_calls", "must be a list");
+    }
     out.push_back(std::move(msg));
   }
   return out;
+}
+
+// tools + tool_choice -> the tools the template sees ("none" hides them, as the model must
+// not call any).
+std::optional<ojson> tools_field(const ojson& body) {
+  const ojson* tools = field(body, "tools");
+  if (tools == nullptr) return std::nullopt;
+  if (!tools->is_array()) bad_field("tools", "must be a list");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const ojson& t = (*tools)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) bad_field(where, "must be an object {\"type\": \"function\", \"function\": {...}}");
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) bad_field(where + ".function", "must be an object");
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string()) bad_field(where + ".function.name", "must be a string");
+  }
+  if (const ojson* choice = field(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") return std::nullopt;
+      if (c != "auto" && c != "required") bad_field("tool_choice", "must be none, auto, required or a function");
+    } else if (!choice->is_object()) {
+      bad_field("tool_choice", "must be a string or an object");
+    }
+  }
+  if (tools->empty()) return std::nullopt;
+  return *tools;
 }
 
 }  // namespace
@@ -164,11 +120,18 @@ ParsedRequest parse_chat_request(const ojson& body, const ModelContext& ctx) {
   // the order transformers' apply_chat_template uses.
   ojson tmpl_req;
   tmpl_req["messages"] = validated_messages(body);
-  if (const ojson* tools = field(body, "tools")) {
-    if (!tools->is_array()) bad_field("tools", "must be a list");
-    if (!tools->empty()) tmpl_req["tools"] = *tools;
-  }
+  if (std::optional<ojson> tools = tools_field(body)) tmpl_req["tools"] = std::move(*tools);
   tmpl_req["add_generation_prompt"] = true;
+  if (std::optional<std::string> effort = string_field(body, "reasoning_effort")) {
+    static const char* const kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+    if (std::find(std::begin(kEfforts), std::end(kEfforts), *effort) == std::end(kEfforts)) {
+      bad_field("reasoning_effort", "must be none, minimal, low, medium or high");
+    }
+    // Templates that know it read reasoning_effort (gpt-oss); "none" also turns off the
+    // enable_thinking switch of Qwen3-style templates.
+    tmpl_req["reasoning_effort"] = *effort;
+    if (*effort == "none") tmpl_req["enable_thinking"] = false;
+  }
   if (const ojson* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) bad_field("chat_template_kwargs", "must be an object");
     for (auto it = kw->begin(); it != kw->end(); ++it) {
@@ -177,9 +140,15 @@ ParsedRequest parse_chat_request(const ojson& body, const ModelContext& ctx) {
     }
   }
   parse_common(body, ctx, out);
-  std::lock_guard<std::mutex> lock(*ctx.prompt_mutex);
-  if (!ctx.renderer->has_template()) throw ApiError(400, "the model has no chat template; use /v1/completions");
-  out.generation.prompt = ctx.renderer->encode_chat(tmpl_req);
+  out.logprobs = bool_field(body, "logprobs").value_or(false);
+  if (std::optional<int64_t> top = integer_field(body, "top_logprobs")) {
+    if (*top < 0 || *top > 20) bad_field("top_logprobs", "must be in 0..20");
+    if (!out.logprobs) bad_field("top_logprobs", "needs logprobs: true");
+    out.generation.top_logprobs = static_cast<int>(*top);
+  } else if (out.logprobs) {
+    out.generation.top_logprobs = 0;
+  }
+  render_chat_prompt(std::move(tmpl_req), ctx, out);
   return out;
 }
 
@@ -192,19 +161,31 @@ ParsedRequest parse_completion_request(const ojson& body, const ModelContext& ct
   if (!prompt->is_string()) bad_field("prompt", "must be a string");
   if (prompt->get_ref<const std::string&>().empty()) bad_field("prompt", "must not be empty");
   parse_common(body, ctx, out);
+  // The legacy field: an integer, how many alternatives per token (OpenAI allows 0..5).
+  if (std::optional<int64_t> lp = integer_field(body, "logprobs")) {
+    if (*lp < 0 || *lp > 20) bad_field("logprobs", "must be in 0..20");
+    out.logprobs = true;
+    out.generation.top_logprobs = static_cast<int>(*lp);
+  }
   std::lock_guard<std::mutex> lock(*ctx.prompt_mutex);
   out.generation.prompt = ctx.tokenizer->encode(prompt->get<std::string>(), /*add_special_tokens=*/true);
   return out;
 }
 
-std::string finish_reason_text(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+std::string finish_reason_text(Finish f) {
+  switch (f) {
+    case Finish::kLength: return "length";
+    case Finish::kToolCalls: return "tool_calls";
+    default: return "stop";
+  }
+}
 
-ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   ojson u;
   u["prompt_tokens"] = prompt_tokens;
   u["completion_tokens"] = completion_tokens;
   u["total_tokens"] = prompt_tokens + completion_tokens;
-  u["prompt_tokens_details"] = {{"cached_tokens", 0}};  // no prompt cache yet
+  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
   return u;
 }
 
@@ -220,48 +201,180 @@ ojson envelope(const ResponseMeta& m, bool chunk) {
   return j;
 }
 
+std::string token_text(const Tokenizer& tok, int32_t id) { return tok.decode(std::span<const int32_t>(&id, 1)); }
+
+ojson bytes_of(const std::string& s) {
+  ojson b = ojson::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
+ojson chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok) {
+  ojson content = ojson::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string text = token_text(tok, t.token);
+    ojson top = ojson::array();
+    for (const auto& [id, lp] : t.logprobs.top) {
+      const std::string alt = token_text(tok, id);
+      top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes_of(alt)}});
+    }
+    content.push_back(
+        {{"token", text}, {"logprob", t.logprobs.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+// Completions (legacy): parallel lists tokens / token_logprobs / top_logprobs / text_offset.
+ojson completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok, int64_t* offset) {
+  ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string text = token_text(tok, t.token);
+    tokens.push_back(text);
+    token_lps.push_back(t.logprobs.logprob);
+    ojson top = ojson::object();
+    for (const auto& [id, lp] : t.logprobs.top) top[token_text(tok, id)] = lp;
+    tops.push_back(top);
+    offsets.push_back(*offset);
+    *offset += static_cast<int64_t>(text.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+ojson tool_calls_json(const std::vector<ToolCallOut>& calls) {
+  ojson out = ojson::array();
+  for (const ToolCallOut& c : calls) {
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+class OpenAiStream final : public StreamWriter {
+ public:
+  OpenAiStream(const ResponseMeta& m, const Tokenizer& tok) : m_(m), tok_(tok) {}
+
+  std::string begin() override {
+    if (m_.endpoint != Endpoint::kChat) return "";
+    return sse_frame(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, ojson(nullptr)));
+  }
+
+  std::string step(const ReaderStep& step) override {
+    std::string out;
+    ojson lp = logprobs(step.logprobs);
+    if (m_.endpoint == Endpoint::kCompletion) {
+      std::string text;
+      for (const OutputEvent& e : step.events) text += e.text;
+      if (!text.empty() || !lp.is_null()) out += sse_frame(chunk(text, lp, ojson(nullptr)));
+      return out;
+    }
+    // Consecutive events of one kind go out as one delta; each tool call event is its own.
+    ojson delta = ojson::object();
+    auto flush = [&] {
+      if (delta.empty() && lp.is_null()) return;
+      out += sse_frame(chunk(delta, lp, ojson(nullptr)));
+      delta = ojson::object();
+      lp = ojson(nullptr);
+    };
+    for (const OutputEvent& e : step.events) {
+      const char* key = e.kind == OutputEvent::Kind::kContent     ? "content"
+                        : e.kind == OutputEvent::Kind::kReasoning ? "reasoning_content"
+                                                                  : nullptr;
+      if (key != nullptr) {
+        if (!delta.empty() && !delta.contains(key)) flush();
+        delta[key] = delta.value(key, std::string()) + e.text;
+        continue;
+      }
+      flush();
+      ojson call = {{"index", e.index}};
+      if (e.kind == OutputEvent::Kind::kToolCallBegin) {
+        call["id"] = e.id;
+        call["type"] = "function";
+        call["function"] = {{"name", e.name}, {"arguments", ""}};
+      } else {
+        call["function"] = {{"arguments", e.text}};
+      }
+      delta["tool_calls"] = ojson::array({call});
+      flush();
+    }
+    flush();
+    return out;
+  }
+
+  std::string end(const GenerationReader& reader) override {
+    std::string out = sse_frame(chunk(m_.endpoint == Endpoint::kChat ? ojson::object() : ojson(""), ojson(nullptr),
+                                      finish_reason_text(reader.finish())));
+    if (m_.include_usage) {
+      ojson j = envelope(m_, true);
+      j["choices"] = ojson::array();
+      j["usage"] = usage_json(m_.prompt_tokens, reader.completion_tokens(), reader.cached_tokens());
+      out += sse_frame(j);
+    }
+    return out + "data: [DONE]\n\n";
+  }
+
+  std::string error(const std::string& message) override {
+    return sse_frame(error_body(message, "server_error", "internal_error")) + "data: [DONE]\n\n";
+  }
+
+ private:
+  ojson logprobs(const std::vector<TokenLogprob>& lps) {
+    if (!m_.logprobs || lps.empty()) return ojson(nullptr);
+    return m_.endpoint == Endpoint::kChat ? chat_logprobs(lps, tok_) : completion_logprobs(lps, tok_, &text_offset_);
+  }
+  // delta: the chat delta object, or the completion text.
+  ojson chunk(const ojson& delta, const ojson& lp, const ojson& finish) {
+    ojson j = envelope(m_, true);
+    ojson choice;
+    choice["index"] = 0;
+    if (m_.endpoint == Endpoint::kChat) {
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = delta;
+    }
+    choice["logprobs"] = lp;
+    choice["finish_reason"] = finish;
+    j["choices"] = ojson::array({choice});
+    return j;
+  }
+
+  ResponseMeta m_;
+  const Tokenizer& tok_;
+  int64_t text_offset_ = 0;
+};
+
 }  // namespace
 
-ojson response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, int64_t prompt_tokens,
-                    int64_t completion_tokens) {
+ojson openai_response(const ResponseMeta& m, const GenerationOutput& out, const GenerationReader& reader,
+                      const Tokenizer& tok) {
   ojson j = envelope(m, false);
   ojson choice;
   choice["index"] = 0;
   if (m.endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    ojson msg = {{"role", "assistant"}};
+    msg["content"] = out.content.empty() && !out.tool_calls.empty() ? ojson(nullptr) : ojson(out.content);
+    if (!out.reasoning.empty()) msg["reasoning_content"] = out.reasoning;
+    if (!out.tool_calls.empty()) msg["tool_calls"] = tool_calls_json(out.tool_calls);
+    choice["message"] = msg;
+    choice["logprobs"] = m.logprobs ? chat_logprobs(out.logprobs, tok) : ojson(nullptr);
   } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
+    choice["text"] = out.content;
+    int64_t offset = 0;
+    choice["logprobs"] = m.logprobs ? completion_logprobs(out.logprobs, tok, &offset) : ojson(nullptr);
   }
-  choice["finish_reason"] = finish_reason_text(finish);
+  choice["finish_reason"] = finish_reason_text(reader.finish());
   j["choices"] = ojson::array({choice});
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  j["usage"] = usage_json(m.prompt_tokens, reader.completion_tokens(), reader.cached_tokens());
   return j;
 }
 
-ojson chunk_body(const ResponseMeta& m, const std::string& text, bool first, std::optional<FinishReason> finish) {
-  ojson j = envelope(m, true);
-  ojson choice;
-  choice["index"] = 0;
-  if (m.endpoint == Endpoint::kChat) {
-    ojson delta = ojson::object();
-    if (first) delta["role"] = "assistant";
-    if (first || !text.empty()) delta["content"] = text;
-    choice["delta"] = delta;
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
-  }
-  choice["finish_reason"] = finish ? ojson(finish_reason_text(*finish)) : ojson(nullptr);
-  j["choices"] = ojson::array({choice});
-  return j;
+std::unique_ptr<StreamWriter> openai_stream_writer(const ResponseMeta& m, const Tokenizer& tok) {
+  return std::make_unique<OpenAiStream>(m, tok);
 }
 
-ojson usage_chunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens) {
-  ojson j = envelope(m, true);
-  j["choices"] = ojson::array();
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return j;
+std::string sse_frame(const ojson& data, const char* event) {
+  std::string out;
+  if (event != nullptr) out = std::string("event: ") + event + "\n";
+  return out + "data: " + data.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n";
 }
 
 }  // namespace hearth::server

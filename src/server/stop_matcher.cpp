@@ -15,7 +15,13 @@ std::string StopMatcher::push(std::string_view text) {
   held_.append(text);
   // The earliest stop wins: with stops "ab" and "b" in "xab", the text ends at "x".
   size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first || (at == first && at != std::string::npos && s.size() > matched_.size())) {
+      first = at;
+      matched_ = s;
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, first);

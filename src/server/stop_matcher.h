@@ -21,10 +21,13 @@ class StopMatcher {
   // Generation ended without a stop: returns the text still held back.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string found (the longest of those starting at the earliest position).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;  // never contains a whole stop string
+  std::string matched_;
   bool stopped_ = false;
 };
 

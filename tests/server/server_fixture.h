@@ -28,13 +28,14 @@ using hearth::testing::run_hearth;
 class InProcessServer {
  public:
   // chat_template: when set, written as chat_template.jinja (which wins over the tokenizer's).
-  explicit InProcessServer(ServerOptions options = {}, const std::string& chat_template = "")
+  explicit InProcessServer(ServerOptions options = {}, const std::string& chat_template = "",
+                           EngineOptions engine_options = {})
       : dir_(make_tiny_model_dir()) {
     if (!chat_template.empty()) std::ofstream(dir_->file("chat_template.jinja")) << chat_template;
     pool_ = std::make_unique<ThreadPool>(1);
     model_ = load_model(dir_->path(), LoadOptions{});
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir_->path()));
-    engine_ = std::make_unique<Engine>(*model_, Context{pool_.get(), kCpu});
+    engine_ = std::make_unique<Engine>(*model_, Context{pool_.get(), kCpu}, engine_options);
     options.port = 0;
     if (options.model_id.empty()) options.model_id = "tiny";
     server_ = std::make_unique<HttpServer>(*engine_, *tokenizer_, model_->info().generation, options);
@@ -42,10 +43,11 @@ class InProcessServer {
     thread_ = std::thread([this] { server_->run(); });
   }
   ~InProcessServer() {
-    server_->stop();
+    server_->stop(std::chrono::milliseconds(0));
     thread_.join();
   }
   int port() const { return port_; }
+  HttpServer& server() { return *server_; }
   std::string model_dir() const { return dir_->path(); }
   Engine& engine() { return *engine_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
