@@ -193,7 +193,7 @@ int32_t Sampler::draw_min_p(const float* logits, int64_t vocab) {
   const float log_min_p = std::log(params_.min_p);
   size_t m = 0;
   for (size_t i = 0; i < v; ++i)
-    if (scratch_[i].first - mx >= log_min_p) std::swap(scratch_[m++], scratch_[i]);
+    if (scratch_[i].first - mx >= log_min_p) scratch_[m++] = scratch_[i];
   const size_t k = params_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(params_.top_k), v) : v;
   const size_t n = std::min(k, m);  // min-p's survivors are a best-first prefix: so are top-k's
   sort_best_first(m, n);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/timer.h"
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
 #include "server/engine_worker.h"
@@ -139,7 +140,7 @@ Gauges HttpServer::Impl::gauges() const {
   g.kv_blocks_total = st.kv_blocks_total;
   g.prompt_cache_bytes = st.prompt_cache_bytes;
   g.prompt_cache_entries = st.prompt_cache_entries;
-  g.resident_memory_bytes = resident_memory_bytes();
+  g.resident_memory_bytes = static_cast<int64_t>(current_rss_bytes());
   return g;
 }
 

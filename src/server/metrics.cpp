@@ -1,11 +1,8 @@
 #include "server/metrics.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <stdexcept>
 
 namespace hearth::server {
@@ -254,14 +251,6 @@ nlohmann::ordered_json Metrics::stats(const Gauges& g) const {
       {"queue", {{"depth", g.queue_depth}, {"running", g.requests_running}}},
       {"memory", {{"rss_bytes", g.resident_memory_bytes}}},
   };
-}
-
-int64_t resident_memory_bytes() {
-  std::ifstream in("/proc/self/statm");
-  int64_t size_pages = 0, resident_pages = 0;
-  if (!(in >> size_pages >> resident_pages)) return 0;
-  const long page = sysconf(_SC_PAGESIZE);
-  return page > 0 ? resident_pages * page : 0;
 }
 
 }  // namespace hearth::server

@@ -25,7 +25,7 @@ struct Gauges {
   int64_t kv_blocks_total = 0;
   int64_t prompt_cache_bytes = 0;
   int64_t prompt_cache_entries = 0;
-  int64_t resident_memory_bytes = 0;  // e.g. resident_memory_bytes() below
+  int64_t resident_memory_bytes = 0;  // base/timer.h current_rss_bytes()
 };
 
 // A fixed-bucket histogram with Prometheus semantics: bucket i counts observations v <= bounds[i];
@@ -97,8 +97,5 @@ class Metrics {
   mutable std::mutex mu_;
   Data data_;
 };
-
-// This process' resident set size in bytes from /proc/self/statm; 0 where unavailable.
-int64_t resident_memory_bytes();
 
 }  // namespace hearth::server

@@ -354,12 +354,5 @@ TEST(server_metrics, HistogramQuantileInterpolatesWithinBucket) {
   EXPECT_THROW(Histogram({2, 1}), std::invalid_argument);
 }
 
-TEST(server_metrics, ResidentMemoryIsPositiveOnLinux) {
-  const int64_t rss = resident_memory_bytes();
-  EXPECT_GT(rss, 0);
-  const Exposition e = parse(Metrics().prometheus({.resident_memory_bytes = rss}));
-  EXPECT_EQ(e.value("hearth_process_resident_memory_bytes"), static_cast<double>(rss));
-}
-
 }  // namespace
 }  // namespace hearth::server

@@ -71,6 +71,9 @@ TEST(server_tool_parser, HermesMalformedIsContent) {
   expect_content_only(kHermes, "<tool_call>get_weather(city='Paris')</tool_call>");
   expect_content_only(kHermes, "Sure <tool_call>\n{\"name\": \"f\", \"arguments\": {}}");  // unclosed at the end
   expect_content_only(kHermes, "a <tool_cal");
+  // Nesting is bounded (the JSON writer recurses), also inside double-encoded arguments.
+  expect_content_only(kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": " + std::string(70, '[') +
+                                   std::string(70, ']') + "}\"}</tool_call>");
   expect_content_only(kHermes, "<tool_call>[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]");
   // A broken call does not hide a good one after it.
   const Collected c = parse(kHermes, "<tool_call>oops</tool_call> <tool_call>" + std::string(kDallas) + "</tool_call>");

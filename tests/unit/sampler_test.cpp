@@ -268,6 +268,23 @@ TEST(Sampler, LargeVocabDrawsExactlyAsBefore) {
       }
 }
 
+TEST(Sampler, LargeVocabZerosTieByIdWhateverTheirSign) {
+  // All logits +0 or -0: equal, so the kept tokens are the lowest ids.
+  std::vector<float> zeros(6000);
+  for (size_t i = 0; i < zeros.size(); ++i) zeros[i] = i % 3 ? 0.0f : -0.0f;
+  for (auto [k, p] : {std::pair<int64_t, float>{300, 1.0f}, {0, 0.0499f}, {1000, 0.299f}}) {
+    LegacySampler legacy(1.0f, k, p, 9);
+    Sampler s(SamplingParams{.temperature = 1.0f, .top_k = k, .top_p = p, .seed = 9});
+    Sampler m(SamplingParams{.temperature = 1.0f, .top_k = k, .top_p = p, .min_p = 0.5f, .seed = 9});
+    for (int i = 0; i < 200; ++i) {
+      const int32_t t = s.sample(zeros.data(), 6000);
+      ASSERT_EQ(t, legacy.sample(zeros.data(), 6000));
+      ASSERT_LT(t, 300);
+      ASSERT_LT(m.sample(zeros.data(), 6000), 300);
+    }
+  }
+}
+
 TEST(Sampler, LargeVocabMinPFollowsTheReference) {
   // Thousands of survivors (radix-sorted), top-k cutting through a tie level, top-p on top.
   const std::vector<float> l = tied_logits(12000);
@@ -402,6 +419,27 @@ TEST(Sampler, MinPKeepsTokensWithinAFactorOfTheBest) {
   SamplingParams one{.temperature = 1.0f, .min_p = 1.0f, .seed = 2};
   Sampler s1(one);
   expect_distribution(s1, tie, {}, 0, {0, 0.5, 0.5, 0});
+}
+
+TEST(Sampler, TopPNormalisesOverTheTopKSetNotTheMinPSurvivors) {
+  // Ratios to the best: e^-1 = .37 for tokens 1-3, e^-1.2 = .30 for tokens 4-9. min_p 1/3 keeps
+  // tokens 0-3. Top-k 7's set (0-6) has mass 1 + 3(.37) + 3(.30) = 3.01, so p(0) = .33 >= top_p
+  // .3 and top-p keeps token 0 alone; normalising over all ten (3.91, p(0) = .26) would keep two.
+  const std::vector<float> l{0.0f, -1.0f, -1.0f, -1.0f, -1.2f, -1.2f, -1.2f, -1.2f, -1.2f, -1.2f};
+  const SamplingParams p{.temperature = 1.0f, .top_k = 7, .top_p = 0.3f, .min_p = 1.0f / 3, .seed = 3};
+  EXPECT_EQ(reference_probs(l, p), (std::vector<double>{1, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  Sampler s(p);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(s.sample(l.data(), 10), 0);
+  // Without top-k the normaliser is the whole vocab: p(0) = .26 < .3, so token 1 joins.
+  SamplingParams all = p;
+  all.top_k = 0;
+  Sampler s2(all);
+  expect_distribution(s2, l, {}, 0, reference_probs(l, all));
+  EXPECT_GT(reference_probs(l, all)[1], 0);
+  // Top-k 2 inside the survivors: normaliser 1.37, p(0) = .73 >= .3.
+  all.top_k = 2;
+  Sampler s3(all);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(s3.sample(l.data(), 10), 0);
 }
 
 TEST(Sampler, TruncationsCombinedFollowTheReference) {

@@ -78,7 +78,12 @@ std::optional<ParsedCall> call_from_json(const nlohmann::ordered_json& j, bool a
   } else if (args->is_object()) {
     call.arguments = dump_json(*args);
   } else if (args->is_string()) {
-    const auto inner = nlohmann::ordered_json::parse(args->get_ref<const std::string&>(), nullptr, false);
+    // Nesting inside the string was not bounded by the caller's JsonExtent: bound it here.
+    const std::string_view text = args->get_ref<const std::string&>();
+    const size_t at = text.find_first_not_of(kWhitespace);
+    JsonExtent extent;
+    if (at == std::string_view::npos || extent.scan(text.substr(at)) != JsonExtent::State::kDone) return std::nullopt;
+    const auto inner = nlohmann::ordered_json::parse(text, nullptr, false);
     if (!inner.is_object()) return std::nullopt;
     call.arguments = dump_json(inner);
   } else if (!args->is_null() || !args_optional) {
