@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/mapped_file.h"
 #include "server/anthropic_api.h"
 #include "server/openai_api.h"
 #include "server_fixture.h"
@@ -205,6 +206,49 @@ TEST_F(Pipeline, PromptThatOpensThinkingStartsInReasoning) {
   EXPECT_EQ(out.reasoning, "I should answer.");
   EXPECT_EQ(out.content, "Hello!");
   EXPECT_EQ(r->finish(), Finish::kLength);
+}
+
+// Mistral marks tool calls with [TOOL_CALLS], a special token in its tokenizers: decoding
+// with skip_special_tokens would drop it, so the reader keeps the markup its parser reads.
+// The tiny tokenizer with [TOOL_CALLS] added as a special token stands in for Mistral's.
+TEST(PipelineSpecialMarkup, KeepsSpecialTokensTheToolParserNeeds) {
+  json tj = json::parse(read_text_file(hearth::testing::data_path("tiny_tokenizer/tokenizer.json")));
+  tj["added_tokens"].push_back({{"id", 996},
+                                {"content", "[TOOL_CALLS]"},
+                                {"single_word", false},
+                                {"lstrip", false},
+                                {"rstrip", false},
+                                {"normalized", false},
+                                {"special", true}});
+  const Tokenizer tok = Tokenizer::from_json(tj.dump(), "tiny+[TOOL_CALLS]");
+  const std::string output = R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}])";
+  const std::vector<int32_t> ids = tok.encode(output, false);
+  ASSERT_EQ(ids.front(), 996);
+  ASSERT_TRUE(tok.is_special(996));
+  auto channel = std::make_shared<RequestChannel>();
+  for (size_t i = 1; i < ids.size(); ++i) {
+    ChannelItem item;
+    item.token.token = ids[i];
+    channel->push(std::move(item));
+  }
+  ChannelItem done;
+  done.kind = ChannelItem::Kind::kDone;
+  done.finish = FinishReason::kStop;
+  channel->push(std::move(done));
+  ChannelItem first;
+  first.token.token = ids[0];
+  ReaderOptions o;
+  o.tool_format = ToolFormat::kMistral;
+  o.tools = weather_tools();
+  GenerationReader reader(tok, o, channel, std::move(first), nullptr);
+  GenerationOutput out;
+  ReaderStep step;
+  while (reader.next(&step)) accumulate(step, &out);
+  ASSERT_EQ(out.tool_calls.size(), 1u) << out.content;
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(out.tool_calls[0].arguments), json({{"city", "Paris"}}));
+  EXPECT_EQ(out.content, "");
+  EXPECT_EQ(reader.finish(), Finish::kToolCalls);
 }
 
 // Expects `status` with an error (OpenAI or Anthropic shape) whose message names `field`.
