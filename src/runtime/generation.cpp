@@ -27,6 +27,7 @@ GenerationStream::GenerationStream(Engine& engine, GenerationRequest request)
     if (t < 0 || t >= vocab)
       throw InputError("prompt token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(vocab));
   }
+  sampler_.validate(vocab);  // a bad logit_bias id is refused now, not at the first token
   seq_.tokens = request_.prompt;
   stats_.prompt_tokens = static_cast<int64_t>(request_.prompt.size());
   stats_.cached_tokens = engine_.attach_cached_prefix(seq_);

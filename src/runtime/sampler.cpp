@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <functional>
 #include <string>
 #include <utility>
 
@@ -13,10 +12,27 @@ namespace hearth {
 
 namespace {
 
-// Best first: higher logit, then lower id.
+// Sorting keys: a float's bits mapped so that unsigned order is descending value order, with -0
+// as +0. On non-NaN values this is exactly `a > b` / `a == b`; NaNs get a place too, so the
+// comparisons below are a strict total order whatever the logits (std::sort and nth_element
+// may run off the end of the range with a comparator that is not one).
+inline uint32_t descending_key(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f + 0.0f);
+  return (u & 0x80000000u) ? u : ~(u | 0x80000000u);
+}
+
+// Best first: higher logit, then lower id. by_logit is the fast one, for NaN-free ranges;
+// by_logit_key orders any floats, and the same on NaN-free ones.
 bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
+
+bool by_logit_key(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  const uint32_t ka = descending_key(a.first), kb = descending_key(b.first);
+  return ka < kb || (ka == kb && a.second < b.second);
+}
+
+bool by_value(float a, float b) { return descending_key(a) < descending_key(b); }
 
 }  // namespace
 
@@ -99,13 +115,6 @@ int32_t Sampler::draw_prefix(size_t keep, double kept_sum) {
   return scratch_[keep - 1].second;
 }
 
-// Sorting keys: a float's bits mapped so that unsigned order is descending value order, -0
-// as +0 (by_logit sees them equal, so their order must come from the id).
-static inline uint32_t descending_key(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f + 0.0f);
-  return (u & 0x80000000u) ? u : ~(u | 0x80000000u);
-}
-
 // A stable LSD radix sort (3 passes of 11 bits) of scratch_[0, n) by descending value: from id
 // order it gives exactly the by_logit order, in O(n) where std::sort is O(n log n).
 void Sampler::radix_sort(size_t n) {
@@ -131,15 +140,18 @@ void Sampler::radix_sort(size_t n) {
   if (src != scratch_.data()) std::copy(src, src + n, scratch_.data());
 }
 
-// by_logit is a strict total order (ids differ), so every method gives the same first k.
+// Both comparators are strict total orders (ids differ), so every method gives the same first k. A heap
+// selection (partial_sort) wins for a small k: at n = 256k, 0.3 ms for k = 256, 2 ms for 4k,
+// 6 ms for 16k, against about 3 ms for the radix sort and 60 ms for partial_sort of all.
 void Sampler::sort_best_first(size_t n, size_t k) {
-  const auto first = scratch_.begin();
-  if (k <= 256) {
-    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(k), first + static_cast<std::ptrdiff_t>(n), by_logit);
-  } else if (n <= 4096) {
-    std::sort(first, first + static_cast<std::ptrdiff_t>(n), by_logit);
+  const auto first = scratch_.begin(), mid = first + static_cast<std::ptrdiff_t>(k),
+             last = first + static_cast<std::ptrdiff_t>(n);
+  if (k * 64 > n && n > 4096) return radix_sort(n);
+  const bool nan = std::any_of(first, last, [](const auto& e) { return std::isnan(e.first); });
+  if (k * 64 <= n) {
+    nan ? std::partial_sort(first, mid, last, by_logit_key) : std::partial_sort(first, mid, last, by_logit);
   } else {
-    radix_sort(n);
+    nan ? std::sort(first, last, by_logit_key) : std::sort(first, last, by_logit);
   }
 }
 
@@ -193,7 +205,8 @@ int32_t Sampler::draw_min_p(const float* logits, int64_t vocab) {
   const float log_min_p = std::log(params_.min_p);
   size_t m = 0;
   for (size_t i = 0; i < v; ++i)
-    if (scratch_[i].first - mx >= log_min_p) scratch_[m++] = scratch_[i];
+    if (!(scratch_[i].first - mx < log_min_p)) scratch_[m++] = scratch_[i];  // NaN (inf - inf) stays
+  if (m == 0) return draw_sorted(logits, vocab);  // not reached: the best token's difference is 0 or NaN
   const size_t k = params_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(params_.top_k), v) : v;
   const size_t n = std::min(k, m);  // min-p's survivors are a best-first prefix: so are top-k's
   sort_best_first(m, n);
@@ -207,8 +220,7 @@ int32_t Sampler::draw_min_p(const float* logits, int64_t vocab) {
     } else {
       values_.resize(v);
       for (size_t i = 0; i < v; ++i) values_[i] = logits[i] / params_.temperature;
-      std::nth_element(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(k - 1), values_.end(),
-                       std::greater<float>());
+      std::nth_element(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(k - 1), values_.end(), by_value);
       for (size_t i = 0; i < k; ++i) sum += std::exp(values_[i] - mx);
     }
   }

@@ -17,9 +17,10 @@
 //        top-k: the k best.
 //        top-p: the smallest prefix (of what top-k kept, renormalised) whose probability
 //               reaches top_p.
-//        min-p: tokens with prob >= min_p * max_prob, on the tempered distribution. min-p is
-//               relative to the best token, so it commutes with top-k and top-p: the kept set
-//               is the intersection.
+//        min-p: tokens with prob >= min_p * max_prob on the tempered distribution (compared in
+//               log space, logit / T - max >= log(min_p), as mlx_lm). min-p is relative to the
+//               best token, so it commutes with top-k and top-p: the kept set is the
+//               intersection.
 //
 // Warper order, HF transformers vs mlx_lm:
 //   HF (_get_logits_processor): processors (repetition penalty, bias, ...), then temperature,
@@ -36,6 +37,11 @@
 //
 // Logprobs (OpenAI `logprobs` / `top_logprobs`) are log_softmax of the processed logits, before
 // temperature and truncation, as mlx_lm.server reports them.
+//
+// Cost per token at vocab 256k (one core, Release): greedy 0.2 ms; logprobs add ~1 ms (an exp
+// per token); temperature with top-k off ~4 ms (a radix sort: the same order the comparison sort
+// gave, so the same draws, where partial_sort of the whole vocab took ~40 ms); small top-k ~1 ms;
+// min-p sorts only its survivors, ~1.5 ms. NaN / inf logits give some token, never UB.
 #pragma once
 
 #include <cstdint>

@@ -598,6 +598,30 @@ TEST(Sampler, NoAllocationInSteadyState) {
   }
 }
 
+TEST(Sampler, NonFiniteLogitsGiveSomeTokenAndNoCrash) {
+  // Garbage in (a NaN from a broken model, +-inf, a temperature so small that logits overflow):
+  // any in-range token, never undefined behaviour (run under the sanitizers too).
+  std::vector<float> l = random_logits(5000, 4);
+  l[10] = NAN;
+  l[20] = INFINITY;
+  l[30] = -INFINITY;
+  l[40] = -NAN;
+  for (float t : {0.0f, 1.0f, 1e-38f})
+    for (int64_t k : {0, 3, 300, 4999})
+      for (float p : {1.0f, 0.5f})
+        for (float min_p : {0.0f, 0.1f}) {
+          Sampler s(SamplingParams{.temperature = t, .top_k = k, .top_p = p, .min_p = min_p, .seed = 1});
+          TokenLogprobs lp;
+          for (int i = 0; i < 3; ++i) {
+            const int32_t tok = s.sample(l.data(), 5000, {}, 0, &lp, 5);
+            EXPECT_TRUE(tok >= 0 && tok < 5000);
+            for (const auto& [id, v] : lp.top) EXPECT_TRUE(id >= 0 && id < 5000);
+          }
+          const std::vector<float> small(l.begin(), l.begin() + 50);
+          EXPECT_LT(s.sample(small.data(), 50), 50);
+        }
+}
+
 TEST(Sampler, BadParametersThrowNamingTheField) {
   auto message = [](const SamplingParams& p) -> std::string {
     try {
