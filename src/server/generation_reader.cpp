@@ -11,12 +11,20 @@ namespace {
 
 // Markup the output parser reads. Some tokenizers make these special tokens (Mistral's
 // [TOOL_CALLS], Llama's <|python_tag|>), which decoding with skip_special_tokens would drop.
-constexpr const char* kParsedMarkup[] = {"<think>",      "</think>", "<tool_call>",   "</tool_call>",
-                                         "[TOOL_CALLS]", "[ARGS]",   "<|python_tag|>"};
+constexpr const char* kParsedMarkup[] = {"<think>",      "</think>", "<tool_call>", "</tool_call>",
+                                         "[TOOL_CALLS]", "[ARGS]",   "[CALL_ID]",   "<|python_tag|>"};
 
 // "call_" and 24 random hex digits, as OpenAI's tool call ids look.
-std::string new_call_id() {
+// A tool call id. OpenAI's look like "call_" + 24 hex digits; Mistral's chat templates refuse
+// to render a history whose ids are not exactly 9 alphanumerics, so Mistral gets those.
+std::string new_call_id(ToolFormat format) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
+  if (format == ToolFormat::kMistral) {
+    static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::string id(9, 'a');
+    for (char& c : id) c = kAlnum[rng() % (sizeof kAlnum - 1)];
+    return id;
+  }
   char buf[32];
   std::snprintf(buf, sizeof buf, "call_%016llx%08llx", static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng() & 0xffffffffu));
@@ -31,7 +39,7 @@ GenerationReader::GenerationReader(const Tokenizer& tok, const ReaderOptions& op
       decoder_(tok, /*skip_special_tokens=*/true),
       stop_(options.stops),
       parser_(options.tool_format, options.parse_reasoning, options.starts_in_reasoning, options.tools,
-              [] { return new_call_id(); }),
+              [format = options.tool_format] { return new_call_id(format); }),
       channel_(std::move(channel)),
       pending_(std::move(first)),
       metrics_(metrics),

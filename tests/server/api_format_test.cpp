@@ -247,6 +247,9 @@ TEST(PipelineSpecialMarkup, KeepsSpecialTokensTheToolParserNeeds) {
   ASSERT_EQ(out.tool_calls.size(), 1u) << out.content;
   EXPECT_EQ(out.tool_calls[0].name, "get_weather");
   EXPECT_EQ(json::parse(out.tool_calls[0].arguments), json({{"city", "Paris"}}));
+  // Mistral's templates only render ids of exactly 9 alphanumerics in the next turn.
+  EXPECT_EQ(out.tool_calls[0].id.size(), 9u);
+  EXPECT_TRUE(std::all_of(out.tool_calls[0].id.begin(), out.tool_calls[0].id.end(), ::isalnum));
   EXPECT_EQ(out.content, "");
   EXPECT_EQ(reader.finish(), Finish::kToolCalls);
 }
