@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   g++ clang clang-format clang-tidy libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libsqlite3-dev
   python3 python3-jinja2 nodejs git
 )
 

@@ -15,6 +15,8 @@ const std::vector<KnobInfo>& all_knobs() {
        "CPU kernel instruction set: auto (best the CPU has), scalar (reference kernels), avx2, "
        "avx512. Asking for one the CPU lacks is an error."},
       {"HEARTH_THREADS", "0", "CPU worker threads; 0 means one per online core."},
+      {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
+      {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
   };
   return knobs;
 }
@@ -62,6 +64,12 @@ int threads() {
   return static_cast<int>(*v);
 }
 
+std::string cache_dir() {
+  if (std::string xdg = knob_text("XDG_CACHE_HOME"); !xdg.empty()) return xdg + "/hearth";
+  if (std::string home = knob_text("HOME"); !home.empty()) return home + "/.cache/hearth";
+  return "";
+}
+
 }  // namespace knobs
 
 KnobOverride::KnobOverride(std::string_view env, std::string value) : env_(env) {
@@ -90,7 +98,13 @@ std::string knobs_markdown() {
       "and a test keeps it in sync. Command-line flags are listed by `hearth <verb> --help`.\n\n"
       "| variable | default | meaning |\n|---|---|---|\n";
   for (const KnobInfo& k : all_knobs()) {
-    out += "| `" + std::string(k.env) + "` | `" + std::string(k.default_value) + "` | " + std::string(k.help) + " |\n";
+    out += "| `" + std::string(k.env) + "` | ";
+    if (k.default_value.empty()) {
+      out += "(unset)";
+    } else {
+      out.append("`").append(k.default_value).append("`");
+    }
+    out += " | " + std::string(k.help) + " |\n";
   }
   return out;
 }

@@ -27,6 +27,8 @@ namespace knobs {
 std::string isa();
 // Worker threads for the CPU backend; 0 = one per core.
 int threads();
+// Hearth's cache directory: $XDG_CACHE_HOME/hearth, else $HOME/.cache/hearth; "" when neither is set.
+std::string cache_dir();
 }  // namespace knobs
 
 // Sets a knob for the lifetime of this object (tests). Not thread-safe against readers.

@@ -56,31 +56,53 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw FileError(path, std::string("cannot create: ") + std::strerror(errno));
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw FileError(path_, std::string("cannot create: ") + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicFile::append(const void* data, size_t n) {
+  if (fd_ < 0) throw FileError(path_, "write after commit");
+  const auto* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
+  while (done < n) {
+    const ssize_t w = ::write(fd_, p + done, n - done);
+    if (w < 0) {
       if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw FileError(path, std::string("write failed: ") + std::strerror(err));
+      throw FileError(path_, std::string("write failed: ") + std::strerror(errno));
     }
-    done += static_cast<size_t>(n);
+    done += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw FileError(path, "cannot flush to disk");
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw FileError(path_, "committed twice");
+  const bool flushed = ::fsync(fd_) == 0;
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
+  if (!flushed || !closed) {
+    ::unlink(tmp_.c_str());
+    throw FileError(path_, "cannot flush to disk");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    throw FileError(path, std::string("cannot publish: ") + std::strerror(err));
+    ::unlink(tmp_.c_str());
+    throw FileError(path_, std::string("cannot publish: ") + std::strerror(err));
   }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  AtomicFile f(path);
+  f.append(bytes.data(), bytes.size());
+  f.commit();
 }
 
 }  // namespace hearth

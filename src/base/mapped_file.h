@@ -33,4 +33,22 @@ std::string read_text_file(const std::string& path);
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, then rename.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// A file written in pieces and published atomically: bytes go to a temporary file beside
+// `path`; commit() flushes it to disk and renames it into place. Destroyed without commit(),
+// the temporary file is removed and `path` is untouched.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void append(const void* data, size_t n);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
 }  // namespace hearth

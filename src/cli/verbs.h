@@ -13,5 +13,8 @@ int run_knobs(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
 int run_template(const std::vector<std::string>& args);
 int run_serve(const std::vector<std::string>& args);
+int run_convert(const std::vector<std::string>& args);
+int run_bench(const std::vector<std::string>& args);
+int run_evals(const std::vector<std::string>& args);
 
 }  // namespace hearth::cli

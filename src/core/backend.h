@@ -14,6 +14,8 @@ class Backend {
   virtual std::string name() const = 0;
   virtual void embedding(Context&, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   virtual void matmul(Context&, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
+  virtual void quantized_matmul(Context&, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) = 0;
+  virtual void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) = 0;
   virtual void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
   virtual void rope(Context&, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) = 0;
   virtual void kv_write(Context&, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) = 0;

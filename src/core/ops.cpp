@@ -70,6 +70,58 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   backend_for(ctx.device).matmul(ctx, x, w, bias, y);
 }
 
+namespace {
+
+void expect_quantized(const QuantizedMatrix& w, const char* op) {
+  expect(w.defined(), op, "the quantized matrix is undefined");
+  check_quant_spec(w.spec);
+  const int64_t words = w.cols * w.spec.bits / 32, groups = w.cols / w.spec.group_size;
+  expect(w.cols % w.spec.group_size == 0 && w.cols * w.spec.bits % 32 == 0, op,
+         "columns " + std::to_string(w.cols) + " do not fit groups of " + std::to_string(w.spec.group_size));
+  expect(w.packed.dtype() == DType::kU32 && w.packed.shape() == Shape({w.rows, words}), op,
+         "expected packed [" + std::to_string(w.rows) + ", " + std::to_string(words) + "] u32, got " + w.packed.str());
+  for (const Tensor* t : {&w.scales, &w.biases}) {
+    expect(
+        t->defined() && is_float(t->dtype()) && t->dtype() == w.scales.dtype() && t->shape() == Shape({w.rows, groups}),
+        op,
+        "expected scales and biases [" + std::to_string(w.rows) + ", " + std::to_string(groups) +
+            "] of one float dtype, got " + (t->defined() ? t->str() : "none"));
+  }
+}
+
+}  // namespace
+
+void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) {
+  expect_dtype(x, DType::kF32, "quantized_matmul", "x");
+  expect_quantized(w, "quantized_matmul");
+  expect(x.rank() == 2 && x.dim(1) == w.cols, "quantized_matmul",
+         "expected x [T, " + std::to_string(w.cols) + "], got " + x.str());
+  if (bias.defined()) {
+    expect_dtype(bias, DType::kF32, "quantized_matmul", "bias");
+    expect(bias.shape() == Shape({w.rows}), "quantized_matmul",
+           "expected bias [" + std::to_string(w.rows) + "], got " + bias.str());
+  }
+  expect_dtype(y, DType::kF32, "quantized_matmul", "y");
+  expect(y.shape() == Shape({x.dim(0), w.rows}), "quantized_matmul",
+         "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.rows) + "], got " + y.str());
+  backend_for(ctx.device).quantized_matmul(ctx, x, w, bias, y);
+}
+
+void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) {
+  expect_quantized(table, "quantized_embedding");
+  expect_dtype(ids, DType::kI32, "quantized_embedding", "ids");
+  expect_rank(ids, 1, "quantized_embedding", "ids");
+  expect_dtype(out, DType::kF32, "quantized_embedding", "out");
+  expect(out.shape() == Shape({ids.dim(0), table.cols}), "quantized_embedding",
+         "expected out [" + std::to_string(ids.dim(0)) + ", " + std::to_string(table.cols) + "], got " + out.str());
+  for (int64_t i = 0; i < ids.dim(0); ++i) {
+    const int32_t id = ids.data<int32_t>()[i];
+    expect(id >= 0 && id < table.rows, "quantized_embedding",
+           "token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(table.rows));
+  }
+  backend_for(ctx.device).quantized_embedding(ctx, table, ids, out);
+}
+
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y) {
   expect_dtype(x, DType::kF32, "rms_norm", "x");
   expect_dtype(w, DType::kF32, "rms_norm", "w");

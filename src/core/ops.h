@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/context.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 
 namespace hearth::ops {
@@ -15,6 +16,13 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 
 // x: [T, K] f32, w: [N, K] f32|bf16|f16, bias: [N] f32 or undefined -> y: [T, N] f32
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+
+// x: [T, K] f32, w: affine-quantized [N, K] (core/quant.h), bias: [N] f32 or undefined
+// -> y: [T, N] f32
+void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y);
+
+// table: affine-quantized [V, D], ids: [T] i32 -> out: [T, D] f32 (the dequantized rows)
+void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out);
 
 // x: [T, D] f32, w: [D] f32 -> y: [T, D] f32 (y may be x). y = x / rms(x) * w
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y);

@@ -181,27 +181,58 @@ Tensor SafetensorsFile::tensor(const SafetensorsEntry& e) const {
   return t;
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Spec> specs,
+                                     const std::map<std::string, std::string>& metadata)
+    : specs_(std::move(specs)), file_(path) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    std::vector<int64_t> shape;
-    for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
-    header[name] = {
-        {"dtype", safetensors_name(t.dtype())}, {"shape", shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
+  for (const Spec& s : specs_) {
+    const uint64_t bytes =
+        static_cast<uint64_t>(Shape::from(s.shape.begin(), s.shape.end()).numel()) * dtype_size(s.dtype);
+    header[s.name] = {
+        {"dtype", safetensors_name(s.dtype)}, {"shape", s.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
-  std::string bytes;
-  bytes.reserve(8 + text.size() + offset);
+  char len[8];
   const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  bytes += text;
-  for (const auto& [name, t] : tensors) bytes.append(static_cast<const char*>(t.raw()), t.nbytes());
-  write_file_atomic(path, bytes);
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  file_.append(len, 8);
+  file_.append(text.data(), text.size());
+}
+
+void SafetensorsWriter::write(const Tensor& t) {
+  if (next_ >= specs_.size()) throw InputError("safetensors writer: more tensors than declared");
+  const Spec& s = specs_[next_];
+  if (t.dtype() != s.dtype || t.shape() != Shape::from(s.shape.begin(), s.shape.end())) {
+    throw InputError("safetensors writer: '" + s.name + "' declared " +
+                     Shape::from(s.shape.begin(), s.shape.end()).str() + " " + std::string(dtype_name(s.dtype)) +
+                     ", got " + t.str());
+  }
+  file_.append(t.raw(), t.nbytes());
+  ++next_;
+}
+
+void SafetensorsWriter::finish() {
+  if (next_ != specs_.size()) {
+    throw InputError("safetensors writer: " + std::to_string(specs_.size() - next_) + " declared tensors not written");
+  }
+  file_.commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Spec> specs;
+  for (const auto& [name, t] : tensors) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
+    specs.push_back({name, t.dtype(), shape});
+  }
+  SafetensorsWriter w(path, std::move(specs), metadata);
+  for (const auto& [name, t] : tensors) w.write(t);
+  w.finish();
 }
 
 }  // namespace hearth

@@ -48,6 +48,28 @@ class SafetensorsFile {
   std::map<std::string, size_t> index_;
 };
 
+// Writes a safetensors file one tensor at a time (memory stays near one tensor): the header
+// is written from the declared specs first, then each tensor in order; finish() publishes
+// the file atomically (a writer destroyed before finish() leaves nothing behind).
+class SafetensorsWriter {
+ public:
+  struct Spec {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  SafetensorsWriter(const std::string& path, std::vector<Spec> specs,
+                    const std::map<std::string, std::string>& metadata = {});
+  // The next declared tensor; InputError if its dtype or shape is not the declared one.
+  void write(const Tensor& t);
+  void finish();
+
+ private:
+  std::vector<Spec> specs_;
+  size_t next_ = 0;
+  AtomicFile file_;
+};
+
 // Writes tensors (CPU, any dtype) atomically: temporary file beside `path`, then rename.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

@@ -67,7 +67,7 @@ void DecoderArgs::qwen_windows(const JsonConfig& c) {
 
 DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, const WeightLoader& w) : args_(args) {
   rope_ = Rope::from_config(config, args.attention.head_dim);
-  embed_ = w.matrix("model.embed_tokens.weight", args.vocab_size, args.hidden);
+  embed_ = Embedding::load(w, "model.embed_tokens", args.vocab_size, args.hidden);
   for (int64_t i = 0; i < args.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     Layer layer{RmsNorm::load(w, p + ".input_layernorm.weight", args.hidden, args.norm_eps),
@@ -78,7 +78,7 @@ DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, co
     layers_.push_back(std::move(layer));
   }
   final_norm_ = RmsNorm::load(w, "model.norm.weight", args.hidden, args.norm_eps);
-  lm_head_ = args.tie_embeddings ? Linear{embed_, Tensor()} : Linear::load(w, "lm_head", args.hidden, args.vocab_size);
+  lm_head_ = args.tie_embeddings ? embed_.as_linear() : Linear::load(w, "lm_head", args.hidden, args.vocab_size);
   info_.vocab_size = args.vocab_size;
   info_.hidden = args.hidden;
   info_.n_layers = args.n_layers;
@@ -89,8 +89,7 @@ DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, co
 
 Tensor DenseDecoder::forward(Context& ctx, const Batch& batch, KvCache& kv) const {
   HEARTH_CHECK(static_cast<int64_t>(kv.layers.size()) == args_.n_layers);
-  Tensor x = Tensor::empty({batch.n_tokens(), args_.hidden}, DType::kF32);
-  ops::embedding(ctx, embed_, batch.tokens, x);
+  Tensor x = embed_.forward(ctx, batch.tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     ops::add(ctx, x, l.attention.forward(ctx, l.input_norm.forward(ctx, x), batch, rope_, kv.layers[i]));

@@ -52,7 +52,7 @@ class DenseDecoder : public Model {
   };
   DecoderArgs args_;
   Rope rope_;
-  Tensor embed_;  // [vocab, hidden]
+  Embedding embed_;  // [vocab, hidden], float or quantized
   std::vector<Layer> layers_;
   RmsNorm final_norm_;
   Linear lm_head_;

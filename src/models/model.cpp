@@ -39,7 +39,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
     throw FileError(config_path, "unknown model_type '" + type + "' (supported: " + known + ")");
   }
   const WeightStore store = WeightStore::open_dir(dir);
-  const WeightLoader loader(store, options);
+  const WeightLoader loader(store, options, QuantConfig::from_config(config));
   std::unique_ptr<Model> model = it->second(config, loader);
   model->info_.model_type = type;
   model->info_.dir = dir;

@@ -35,14 +35,74 @@ Tensor WeightLoader::optional_vector_f32(const std::string& name, int64_t n) con
   return store_.has(name) ? vector_f32(name, n) : Tensor();
 }
 
+QuantizedMatrix WeightLoader::quantized(const std::string& prefix, int64_t rows, int64_t cols) const {
+  QuantizedMatrix q;
+  if (!store_.has(prefix + ".scales")) return q;
+  const std::optional<QuantSpec> spec = quant_.spec_for(prefix);
+  if (!spec) {
+    throw FileError(store_.source(), "'" + prefix + ".scales' is present but config.json does not quantize '" + prefix +
+                                         "' (no quantization section, or the module is marked false)");
+  }
+  if (cols % spec->group_size != 0 || cols * spec->bits % 32 != 0) {
+    throw FileError(store_.source(), "'" + prefix + "' has " + std::to_string(cols) +
+                                         " columns, not a multiple of the group size " +
+                                         std::to_string(spec->group_size));
+  }
+  q.spec = *spec;
+  q.rows = rows;
+  q.cols = cols;
+  q.packed = store_.get(prefix + ".weight");
+  q.scales = store_.get(prefix + ".scales");
+  q.biases = store_.get(prefix + ".biases");
+  const Shape packed_shape({rows, cols * spec->bits / 32}), group_shape({rows, cols / spec->group_size});
+  if (q.packed.dtype() != DType::kU32 || q.packed.shape() != packed_shape) {
+    throw FileError(store_.source(), "quantized '" + prefix + ".weight' is " + q.packed.str() + ", expected " +
+                                         packed_shape.str() + " u32 for " + std::to_string(spec->bits) + "-bit [" +
+                                         std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  for (const auto& [name, t] : {std::pair{".scales", &q.scales}, std::pair{".biases", &q.biases}}) {
+    if (!is_float(t->dtype()) || t->shape() != group_shape || t->dtype() != q.scales.dtype()) {
+      throw FileError(store_.source(), "'" + prefix + name + "' is " + t->str() + ", expected " + group_shape.str() +
+                                           " (groups of " + std::to_string(spec->group_size) +
+                                           ") in the dtype of the scales");
+    }
+  }
+  return q;
+}
+
 Linear Linear::load(const WeightLoader& w, const std::string& prefix, int64_t in, int64_t out) {
-  return Linear{w.matrix(prefix + ".weight", out, in), w.optional_vector_f32(prefix + ".bias", out)};
+  Linear l;
+  l.qweight = w.quantized(prefix, out, in);
+  if (!l.qweight.defined()) l.weight = w.matrix(prefix + ".weight", out, in);
+  l.bias = w.optional_vector_f32(prefix + ".bias", out);
+  return l;
 }
 
 Tensor Linear::forward(Context& ctx, const Tensor& x) const {
-  Tensor y = Tensor::empty({x.dim(0), weight.dim(0)}, DType::kF32);
-  ops::matmul(ctx, x, weight, bias, y);
+  Tensor y = Tensor::empty({x.dim(0), out_features()}, DType::kF32);
+  if (qweight.defined()) {
+    ops::quantized_matmul(ctx, x, qweight, bias, y);
+  } else {
+    ops::matmul(ctx, x, weight, bias, y);
+  }
   return y;
+}
+
+Embedding Embedding::load(const WeightLoader& w, const std::string& prefix, int64_t vocab, int64_t dim) {
+  Embedding e;
+  e.qtable = w.quantized(prefix, vocab, dim);
+  if (!e.qtable.defined()) e.table = w.matrix(prefix + ".weight", vocab, dim);
+  return e;
+}
+
+Tensor Embedding::forward(Context& ctx, const Tensor& ids) const {
+  Tensor out = Tensor::empty({ids.dim(0), qtable.defined() ? qtable.cols : table.dim(1)}, DType::kF32);
+  if (qtable.defined()) {
+    ops::quantized_embedding(ctx, qtable, ids, out);
+  } else {
+    ops::embedding(ctx, table, ids, out);
+  }
+  return out;
 }
 
 RmsNorm RmsNorm::load(const WeightLoader& w, const std::string& name, int64_t dim, float eps) {

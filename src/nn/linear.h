@@ -6,6 +6,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "formats/quant_config.h"
 #include "formats/weight_store.h"
 
 namespace hearth {
@@ -19,29 +20,48 @@ struct LoadOptions {
 // layer needs. Errors name the tensor and both shapes.
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& store, LoadOptions options) : store_(store), options_(options) {}
+  WeightLoader(const WeightStore& store, LoadOptions options, QuantConfig quant = {})
+      : store_(store), options_(options), quant_(std::move(quant)) {}
   // A [rows, cols] float matrix, zero-copy unless a dtype conversion was asked for.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // A [n] vector converted to f32 (norm weights, biases). Optional: undefined when absent.
   Tensor vector_f32(const std::string& name, int64_t n) const;
   Tensor optional_vector_f32(const std::string& name, int64_t n) const;
+  // The MLX affine-quantized [rows, cols] matrix of module `prefix` (PREFIX.weight packed,
+  // PREFIX.scales, PREFIX.biases), or an undefined one when the module is not quantized
+  // (no PREFIX.scales). Shapes and dtypes are checked against the config's spec.
+  QuantizedMatrix quantized(const std::string& prefix, int64_t rows, int64_t cols) const;
   bool has(const std::string& name) const { return store_.has(name); }
+  const QuantConfig& quant() const { return quant_; }
   const WeightStore& store() const { return store_; }
 
  private:
   const WeightStore& store_;
   LoadOptions options_;
+  QuantConfig quant_;
 };
 
-// y = x w^T + b. weight: [out, in]; bias: [out] f32 or undefined.
+// y = x w^T + b. weight: [out, in] float, or qweight: the same matrix quantized; bias: [out]
+// f32 or undefined.
 struct Linear {
   Tensor weight;
   Tensor bias;
-  // Loads PREFIX.weight (and PREFIX.bias when present).
+  QuantizedMatrix qweight;
+  // Loads PREFIX.weight (quantized with PREFIX.scales/.biases when present) and PREFIX.bias.
   static Linear load(const WeightLoader& w, const std::string& prefix, int64_t in, int64_t out);
-  int64_t out_features() const { return weight.dim(0); }
+  int64_t out_features() const { return qweight.defined() ? qweight.rows : weight.dim(0); }
   // x: [T, in] -> [T, out]
   Tensor forward(Context& ctx, const Tensor& x) const;
+};
+
+// A token embedding table [V, D], float or quantized; tied LM heads reuse it as a Linear.
+struct Embedding {
+  Tensor table;
+  QuantizedMatrix qtable;
+  static Embedding load(const WeightLoader& w, const std::string& prefix, int64_t vocab, int64_t dim);
+  // ids: [T] i32 -> [T, D] f32
+  Tensor forward(Context& ctx, const Tensor& ids) const;
+  Linear as_linear() const { return Linear{table, Tensor(), qtable}; }
 };
 
 struct RmsNorm {

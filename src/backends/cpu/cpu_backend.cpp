@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/quant_kernels.h"
 #include "core/backend.h"
 
 namespace hearth::cpu {
@@ -29,6 +30,21 @@ class CpuBackend final : public Backend {
   void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override {
     cpu::matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), x.dim(1), w.raw(), w.dtype(), w.dim(0),
                 bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  }
+
+  static cpu::AffineMatrix affine(const QuantizedMatrix& w) {
+    return {w.packed.data<uint32_t>(), w.scales.raw(), w.biases.raw(), w.scales.dtype(), w.spec.bits,
+            w.spec.group_size,         w.rows,         w.cols};
+  }
+
+  void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias,
+                        Tensor& y) override {
+    cpu::affine_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), affine(w),
+                       bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  }
+
+  void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) override {
+    cpu::affine_rows(affine(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
   }
 
   void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) override {

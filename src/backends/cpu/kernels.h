@@ -2,6 +2,7 @@
 // tests can compare every variant against the scalar reference. Shapes as in core/ops.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cpu/isa.h"
@@ -38,6 +39,24 @@ void softmax_row(Isa isa, float* x, int64_t n);
 
 // Index of the first maximum.
 int64_t argmax_row(Isa isa, const float* x, int64_t n);
+
+// Sum of the buffer's little-endian 64-bit words mod 2^64 (a partial last word zero-padded):
+// a checksum every ISA agrees on, so the bandwidth probe's loads cannot be dropped.
+uint64_t read_checksum(Isa isa, const void* data, size_t n_bytes);
+// The same sum, each of the pool's threads reading one contiguous slice (null pool: one thread).
+uint64_t read_checksum(Isa isa, ThreadPool* pool, const void* data, size_t n_bytes);
+
+// Memory read bandwidth: a buffer of n_bytes (0: max(1 GiB, 4x the last-level cache)),
+// written once by the threads that later read it, read by all of the pool's threads with
+// `isa`'s loads; the best of `passes`. Checks every pass's checksum.
+struct ReadBandwidth {
+  double bytes_per_second = 0;
+  size_t bytes = 0;
+  int passes = 0;
+  int threads = 0;
+  uint64_t checksum = 0;
+};
+ReadBandwidth read_bandwidth(Isa isa, ThreadPool* pool, size_t n_bytes, int passes);
 
 struct AttentionArgs {
   const float* q;  // [T, Hq, Dh]

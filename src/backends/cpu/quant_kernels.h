@@ -1,0 +1,33 @@
+// Kernels on MLX affine-quantized matrices (core/quant.h has the layout). Shapes as core/ops.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/isa.h"
+#include "base/thread_pool.h"
+#include "core/dtype.h"
+
+namespace hearth::cpu {
+
+// One quantized matrix as raw pointers: packed [N, K * bits / 32] u32, scales and biases
+// [N, K / group_size] of scale_type.
+struct AffineMatrix {
+  const uint32_t* packed;
+  const void* scales;
+  const void* biases;
+  DType scale_type;
+  int bits;
+  int group_size;
+  int64_t N, K;
+};
+
+// x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias. 4- and 8-bit rows
+// have AVX-512 paths (decode: unpack in registers; prefill: dequantized tiles through the f32
+// matmul); other widths, and the scalar ISA, dequantize each row and take a plain dot.
+void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
+                   float* y);
+
+// Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
+void affine_rows(const AffineMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
+
+}  // namespace hearth::cpu

@@ -1,0 +1,351 @@
+// hearth bench: load time, prefill (pp) and decode (tg) speed, time to first token and peak
+// memory for one model, and decode against its roofline: the bytes one decoded token reads
+// (weights + KV cache) divided by the memory read bandwidth measured in the same run.
+// Every run is recorded in the evals database (`hearth evals` lists them).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/knobs.h"
+#include "base/strings.h"
+#include "base/timer.h"
+#include "cli/common.h"
+#include "cli/evals_db.h"
+#include "cli/verbs.h"
+#include "core/bandwidth.h"
+#include "formats/json_config.h"
+#include "formats/weight_store.h"
+#include "runtime/generation.h"
+
+#ifndef HEARTH_COMMIT
+#define HEARTH_COMMIT "unknown"
+#endif
+
+namespace hearth::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr uint64_t kPromptSeed = 0x4845415254480001;  // fixed: every run sees the same prompt
+
+// What the forward reads per decoded token, from the weight files and the load options.
+struct WeightFootprint {
+  uint64_t params = 0;
+  uint64_t bytes_per_token = 0;  // every matrix incl. the LM head, one embedding row, f32 norms/biases
+  std::string stored_dtype;      // of most matrix bytes in the files
+  std::string dtype;             // as the forward reads the matrices (after --dtype)
+};
+
+WeightFootprint weight_footprint(const std::string& dir, std::optional<DType> convert_to) {
+  const WeightStore store = WeightStore::open_dir(dir);
+  const bool tied = JsonConfig::load(dir + "/config.json").get_bool("tie_word_embeddings", false);
+  auto read_size = [&](DType t) { return dtype_size(convert_to.value_or(t)); };
+  WeightFootprint f;
+  std::map<DType, uint64_t> matrix_bytes;
+  for (const std::string& name : store.names()) {
+    if (name.find("rotary_emb") != std::string::npos) continue;  // buffers some checkpoints carry
+    if (tied && name == "lm_head.weight") continue;              // the embedding is the head
+    const Tensor t = store.get(name);
+    f.params += static_cast<uint64_t>(t.numel());
+    if (t.rank() != 2) {
+      f.bytes_per_token += static_cast<uint64_t>(t.numel()) * sizeof(float);  // converted to f32 at load
+      continue;
+    }
+    matrix_bytes[t.dtype()] += t.nbytes();
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * read_size(t.dtype());
+    if (name == "model.embed_tokens.weight") {
+      f.bytes_per_token += static_cast<uint64_t>(t.dim(1)) * read_size(t.dtype());  // one row
+      if (tied) f.bytes_per_token += bytes;                                         // the LM head
+    } else {
+      f.bytes_per_token += bytes;
+    }
+  }
+  DType stored = DType::kF32;
+  uint64_t most = 0;
+  for (const auto& [t, n] : matrix_bytes) {
+    if (n > most) most = n, stored = t;
+  }
+  f.stored_dtype = dtype_name(stored);
+  f.dtype = dtype_name(convert_to.value_or(stored));
+  return f;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "unknown" : line.substr(start);
+  }
+  return "unknown";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// splitmix64: the same ids on every platform and standard library.
+std::vector<int32_t> random_prompt(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids;
+  uint64_t state = kPromptSeed;
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    ids.push_back(static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(vocab)));
+  }
+  return ids;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Rep {
+  double prefill_tokens_per_second, ttft_seconds, decode_tokens_per_second;
+};
+
+// One greedy generation of exactly gen_tokens tokens after the prompt.
+Rep run_once(Engine& engine, const std::vector<int32_t>& prompt, int64_t gen_tokens) {
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_tokens = gen_tokens;
+  req.ignore_eos = true;
+  req.prefill_chunk = static_cast<int64_t>(prompt.size());
+  GenerationStream stream(engine, req);
+  while (stream.next()) {
+  }
+  const GenerationStats& st = stream.stats();
+  HEARTH_CHECK(st.generated_tokens == gen_tokens && st.prefill_seconds > 0 && st.decode_seconds > 0);
+  return {static_cast<double>(st.prompt_tokens) / st.prefill_seconds, st.prefill_seconds,
+          static_cast<double>(st.generated_tokens - 1) / st.decode_seconds};
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// Decimal units, as bandwidth is quoted (GB/s).
+std::string decimal_bytes(double v) {
+  if (v >= 1e9) return fixed(v / 1e9, 3) + " GB";
+  if (v >= 1e6) return fixed(v / 1e6, 1) + " MB";
+  if (v >= 1e3) return fixed(v / 1e3, 1) + " kB";
+  return fixed(v, 0) + " B";
+}
+
+void print_table(const json& j) {
+  const json& m = j["model"];
+  const json& bw = j["bandwidth"];
+  const json& rf = j["roofline"];
+  const json& st = j["settings"];
+  const std::string pp = "pp" + std::to_string(st["prompt_tokens"].get<int64_t>());
+  const std::string tg = "tg" + std::to_string(st["gen_tokens"].get<int64_t>());
+  const double params = m["params"].get<double>();
+  std::printf("model      %s (%s, %s params, %s)\n", m["path"].get<std::string>().c_str(),
+              m["arch"].get<std::string>().c_str(),
+              (params >= 1e9 ? fixed(params / 1e9, 2) + "B" : fixed(params / 1e6, 1) + "M").c_str(),
+              m["dtype"].get<std::string>().c_str());
+  std::printf("machine    %s, %lld cores, %s; %lld threads; median of %lld runs\n",
+              j["machine"]["cpu_model"].get<std::string>().c_str(), j["machine"]["cpu_cores"].get<long long>(),
+              j["machine"]["isa"].get<std::string>().c_str(), st["threads"].get<long long>(),
+              st["reps"].get<long long>());
+  std::printf("%-10s %12s\n", "load", (fixed(j["load_seconds"].get<double>(), 3) + " s").c_str());
+  std::printf("%-10s %12s\n", pp.c_str(), (fixed(j["prefill_tokens_per_second"].get<double>(), 1) + " tok/s").c_str());
+  const double ttft = j["ttft_seconds"].get<double>();
+  std::printf("%-10s %12s\n", "ttft", (ttft >= 1 ? fixed(ttft, 3) + " s" : fixed(ttft * 1e3, 2) + " ms").c_str());
+  std::printf("%-10s %12s\n", tg.c_str(), (fixed(j["decode_tokens_per_second"].get<double>(), 2) + " tok/s").c_str());
+  std::printf("%-10s %12s\n", "peak RSS", format_bytes(j["peak_rss_bytes"].get<uint64_t>()).c_str());
+  std::printf("%-10s %12s  (%s read, %s buffer, best of %d)\n", "bandwidth",
+              (fixed(bw["bytes_per_second"].get<double>() / 1e9, 1) + " GB/s").c_str(),
+              bw["isa"].get<std::string>().c_str(), format_bytes(bw["buffer_bytes"].get<uint64_t>()).c_str(),
+              bw["passes"].get<int>());
+  std::printf("%-10s %12s  (weights %s + KV %s at mean context %.0f)\n", "bytes/tok",
+              decimal_bytes(rf["bytes_per_token"].get<double>()).c_str(),
+              decimal_bytes(rf["weight_bytes_per_token"].get<double>()).c_str(),
+              decimal_bytes(rf["kv_bytes_per_token"].get<double>()).c_str(), rf["mean_context"].get<double>());
+  std::printf("%-10s %12s  decode runs at %.0f%% of it\n", "roofline",
+              (fixed(rf["tokens_per_second"].get<double>(), 2) + " tok/s").c_str(),
+              100 * rf["decode_fraction"].get<double>());
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& args) {
+  ModelFlags mf;
+  int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 0;
+  bool json_out = false, no_record = false;
+  std::string db_path;
+  Flags f("bench", "MODEL [flags]",
+          "Measures load time, prefill (ppN) and decode (tgN) speed, time to first token and peak\n"
+          "memory, then the machine's memory read bandwidth with the same threads, and reports decode\n"
+          "as a fraction of its roofline: bandwidth / bytes read per decoded token (weights at the\n"
+          "dtype the forward reads + the KV cache at the mean context). The prompt is random token\n"
+          "ids from a fixed seed; decode is greedy and ignores end-of-sequence. Each run is recorded\n"
+          "in the evals database (see hearth evals).");
+  mf.declare(f);
+  f.add("prompt-tokens", "Prompt length for prefill, in tokens (default 512).", &prompt_tokens);
+  f.add("gen-tokens", "Tokens to generate, at least 2 (default 128).", &gen_tokens);
+  f.add("reps", "Runs to take the median of (default 3).", &reps);
+  f.add("bandwidth-mib", "Bandwidth probe buffer in MiB; 0 = max(1 GiB, 4x the last-level cache) (default 0).",
+        &bandwidth_mib);
+  f.add("json", "Print one JSON object instead of the table.", &json_out);
+  f.add("db", "Evals database (default $XDG_CACHE_HOME/hearth/evals.sqlite, else ~/.cache/hearth/...).", &db_path);
+  f.add("no-record", "Do not record the run in the evals database.", &no_record);
+  if (!f.parse(args)) return 0;
+  if (prompt_tokens < 1) throw InputError("bench: --prompt-tokens must be >= 1");
+  if (gen_tokens < 2) throw InputError("bench: --gen-tokens must be >= 2 (decode speed needs a second token)");
+  if (reps < 1) throw InputError("bench: --reps must be >= 1");
+  if (bandwidth_mib < 0) throw InputError("bench: --bandwidth-mib must be >= 0");
+  if (!no_record) {
+    if (db_path.empty()) db_path = default_evals_db_path();
+    list_bench_runs(db_path, 1);  // an unusable database fails now, not after the run
+  }
+
+  const Timer load_timer;
+  auto pool = mf.make_pool();
+  const LoadOptions load_options = mf.load_options();
+  auto model = load_model(mf.model, load_options);
+  const double load_seconds = load_timer.seconds();
+  const ModelInfo& info = model->info();
+  std::fprintf(stderr, "bench: loaded %s in %.3f s; %lld threads\n", mf.model.c_str(), load_seconds,
+               static_cast<long long>(pool->size()));
+  const WeightFootprint weights = weight_footprint(mf.model, load_options.weight_dtype);
+
+  EngineOptions eo;
+  eo.kv_tokens = prompt_tokens + gen_tokens;
+  Engine engine(*model, Context{pool.get(), kCpu}, eo);
+  const std::vector<int32_t> prompt = random_prompt(prompt_tokens, info.vocab_size);
+  // Warm-up: fault in the mapped weights and the first KV pages; not measured.
+  run_once(engine, std::vector<int32_t>(prompt.begin(), prompt.begin() + std::min<int64_t>(prompt_tokens, 16)), 2);
+  std::vector<Rep> runs;
+  for (int64_t r = 0; r < reps; ++r) {
+    runs.push_back(run_once(engine, prompt, gen_tokens));
+    std::fprintf(stderr, "bench: run %lld/%lld: pp %.1f tok/s, tg %.2f tok/s\n", static_cast<long long>(r + 1),
+                 static_cast<long long>(reps), runs.back().prefill_tokens_per_second,
+                 runs.back().decode_tokens_per_second);
+  }
+  const size_t peak_rss = peak_rss_bytes();  // before the probe's buffer
+  auto med = [&](double Rep::*field) {
+    std::vector<double> v;
+    for (const Rep& r : runs) v.push_back(r.*field);
+    return median(v);
+  };
+
+  std::fprintf(stderr, "bench: measuring read bandwidth\n");
+  Context ctx{pool.get(), kCpu};
+  BandwidthProbe probe;
+  probe.bytes = static_cast<size_t>(bandwidth_mib) << 20;
+  const BandwidthResult bw = measure_read_bandwidth(ctx, probe);
+
+  // KV bytes per token of context: K and V of every layer, at the cache's dtype.
+  uint64_t kv_bytes_per_position = 0;
+  for (const ops::KvLayer& l : engine.kv().layers)
+    kv_bytes_per_position += 2 * static_cast<uint64_t>(l.k.dim(2) * l.k.dim(3)) * dtype_size(l.k.dtype());
+  // Decode step i (1..G-1) attends over P + i positions: the mean is P + G/2.
+  const double mean_context = static_cast<double>(prompt_tokens) + static_cast<double>(gen_tokens) / 2;
+  const double kv_bytes = static_cast<double>(kv_bytes_per_position) * mean_context;
+  const double bytes_per_token = static_cast<double>(weights.bytes_per_token) + kv_bytes;
+  const double roofline = bw.bytes_per_second / bytes_per_token;
+  const double decode = med(&Rep::decode_tokens_per_second);
+
+  json j;
+  j["timestamp"] = utc_now();
+  j["hearth_commit"] = HEARTH_COMMIT;
+  j["machine"] = {{"cpu_model", cpu_model_name()},
+                  {"cpu_cores", std::max(1u, std::thread::hardware_concurrency())},
+                  {"isa", bw.isa},
+                  // HEARTH_ISA may force narrower kernels than the CPU has (the probe uses the widest).
+                  {"kernel_isa", knobs::isa() == "auto" ? bw.isa : knobs::isa()}};
+  j["model"] = {{"path", mf.model},
+                {"arch", info.model_type},
+                {"params", weights.params},
+                {"dtype", weights.dtype},
+                {"stored_dtype", weights.stored_dtype},
+                {"file_bytes", info.weight_bytes},
+                {"n_layers", info.n_layers},
+                {"hidden", info.hidden},
+                {"vocab_size", info.vocab_size}};
+  j["settings"] = {{"threads", pool->size()},
+                   {"prompt_tokens", prompt_tokens},
+                   {"gen_tokens", gen_tokens},
+                   {"reps", reps},
+                   {"prompt_seed", kPromptSeed}};
+  j["load_seconds"] = load_seconds;
+  j["prefill_tokens_per_second"] = med(&Rep::prefill_tokens_per_second);
+  j["ttft_seconds"] = med(&Rep::ttft_seconds);
+  j["decode_tokens_per_second"] = decode;
+  j["peak_rss_bytes"] = peak_rss;
+  j["bandwidth"] = {{"bytes_per_second", bw.bytes_per_second},
+                    {"buffer_bytes", bw.bytes},
+                    {"passes", bw.passes},
+                    {"threads", bw.threads},
+                    {"isa", bw.isa}};
+  j["roofline"] = {{"weight_bytes_per_token", weights.bytes_per_token},
+                   {"kv_bytes_per_token", static_cast<uint64_t>(std::llround(kv_bytes))},
+                   {"mean_context", mean_context},
+                   {"bytes_per_token", bytes_per_token},
+                   {"tokens_per_second", roofline},
+                   {"decode_fraction", decode / roofline}};
+  json per_run = json::array();
+  for (const Rep& r : runs) {
+    per_run.push_back({{"prefill_tokens_per_second", r.prefill_tokens_per_second},
+                       {"ttft_seconds", r.ttft_seconds},
+                       {"decode_tokens_per_second", r.decode_tokens_per_second}});
+  }
+  j["runs"] = per_run;
+
+  if (json_out) {
+    std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  } else {
+    print_table(j);
+  }
+  std::fflush(stdout);
+  if (!no_record) {
+    BenchRecord rec;
+    rec.timestamp = j["timestamp"];
+    rec.commit = HEARTH_COMMIT;
+    rec.cpu_model = j["machine"]["cpu_model"];
+    rec.cpu_cores = j["machine"]["cpu_cores"];
+    rec.isa = bw.isa;
+    rec.model_path = mf.model;
+    rec.model_arch = info.model_type;
+    rec.model_params = static_cast<int64_t>(weights.params);
+    rec.model_dtype = weights.dtype;
+    rec.threads = pool->size();
+    rec.prompt_tokens = prompt_tokens;
+    rec.gen_tokens = gen_tokens;
+    rec.reps = reps;
+    rec.load_seconds = load_seconds;
+    rec.prefill_tokens_per_second = j["prefill_tokens_per_second"];
+    rec.ttft_seconds = j["ttft_seconds"];
+    rec.decode_tokens_per_second = decode;
+    rec.peak_rss_bytes = static_cast<int64_t>(peak_rss);
+    rec.bandwidth_bytes_per_second = bw.bytes_per_second;
+    rec.bytes_per_token = bytes_per_token;
+    rec.roofline_tokens_per_second = roofline;
+    rec.roofline_fraction = decode / roofline;
+    rec.json = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    const int64_t id = record_bench_run(db_path, rec);
+    std::fprintf(stderr, "bench: recorded run %lld in %s\n", static_cast<long long>(id), db_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace hearth::cli

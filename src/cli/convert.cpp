@@ -1,0 +1,150 @@
+// hearth convert: a Hugging Face checkpoint -> an MLX affine-quantized one, as mlx_lm.convert
+// writes it (mlx_lm can load the result). Tensor by tensor, so memory stays near the largest
+// tensor; the output is staged beside the destination and renamed into place at the end.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/mapped_file.h"
+#include "base/timer.h"
+#include "cli/flags.h"
+#include "cli/verbs.h"
+#include "core/quant.h"
+#include "formats/safetensors.h"
+#include "formats/weight_store.h"
+
+namespace hearth::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// mlx_lm quantizes every Linear and Embedding whose input width fits the groups: in a HF
+// checkpoint, the rank-2 ".weight" tensors.
+bool quantizable(const std::string& name, const Tensor& t, const QuantSpec& spec) {
+  return t.rank() == 2 && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 && is_float(t.dtype()) &&
+         t.dim(1) % spec.group_size == 0;
+}
+
+// One line, redrawn in place on a terminal: "convert [=====>    ] 12/40 tensors".
+void progress(size_t done, size_t total, const std::string& what) {
+  if (isatty(STDERR_FILENO) == 0) return;
+  const int width = 30;
+  const int filled = total == 0 ? width : static_cast<int>(width * done / total);
+  std::fprintf(stderr, "\rconvert [%s%s] %zu/%zu %-40.40s", std::string(static_cast<size_t>(filled), '=').c_str(),
+               std::string(static_cast<size_t>(width - filled), ' ').c_str(), done, total, what.c_str());
+  if (done == total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+void write_config(const fs::path& src, const fs::path& dst, const QuantSpec& spec) {
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text_file((src / "config.json").string()));
+  if (config.contains("quantization") || config.contains("quantization_config")) {
+    throw InputError(src.string() + " is already quantized (config.json has a quantization section)");
+  }
+  const nlohmann::ordered_json q = {{"group_size", spec.group_size}, {"bits", spec.bits}, {"mode", "affine"}};
+  config["quantization"] = q;
+  config["quantization_config"] = q;
+  write_file_atomic((dst / "config.json").string(), config.dump(4) + "\n");
+}
+
+}  // namespace
+
+int run_convert(const std::vector<std::string>& raw_args) {
+  std::vector<std::string> args;
+  for (const std::string& a : raw_args) args.push_back(a == "-q" ? "--quantize" : a);
+  std::string src, mlx_path, to, type, out;
+  bool quantize = false;
+  int64_t bits = 4, group_size = 64;
+  Flags f("convert", "SRC -q [--q-bits 4] [--q-group-size 64] --mlx-path OUT",
+          "Converts a Hugging Face checkpoint (config.json + safetensors) into MLX affine-quantized form\n"
+          "(docs/quantization.md), tensor by tensor. OUT must not exist or be empty; it appears only\n"
+          "when the conversion has finished.");
+  f.positional("SRC", "The source model directory.", &src);
+  f.add("quantize", "Quantize (also -q). Required: hearth convert only writes quantized models so far.", &quantize);
+  f.add("q-bits", "Bits per weight: 2, 3, 4, 5, 6 or 8 (default 4; 4 and 8 have fast kernels).", &bits);
+  f.add("q-group-size", "Weights per scale/bias group: 32, 64 or 128 (default 64).", &group_size);
+  f.add("mlx-path", "Output directory.", &mlx_path);
+  f.add("to", "Output format other than MLX (gguf): not implemented yet; refused.", &to);
+  f.add("type", "GGUF tensor type (with --to gguf): not implemented yet; refused.", &type);
+  f.add("out", "GGUF output file (with --to gguf): not implemented yet; refused.", &out);
+  if (!f.parse(args)) return 0;
+  if (!to.empty() || !type.empty() || !out.empty()) {
+    throw Unsupported("convert: --to/--type/--out (GGUF output) are not implemented yet");
+  }
+  if (src.empty()) throw InputError("convert: the source model directory is required (see hearth convert --help)");
+  if (!quantize) throw InputError("convert: only quantized output is implemented; pass -q");
+  if (mlx_path.empty()) throw InputError("convert: --mlx-path is required");
+  const QuantSpec spec{static_cast<int>(bits), static_cast<int>(group_size)};
+  check_quant_spec(spec);
+
+  const fs::path src_dir(src), dst_dir(mlx_path);
+  if (!fs::exists(src_dir / "config.json")) throw FileError(src, "not a model directory (no config.json)");
+  if (fs::exists(dst_dir) && !(fs::is_directory(dst_dir) && fs::is_empty(dst_dir))) {
+    throw FileError(mlx_path, "exists and is not an empty directory; refusing to overwrite it");
+  }
+  const fs::path stage = dst_dir.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(stage);
+  fs::create_directories(stage);
+  try {
+    const Timer timer;
+    const WeightStore store = WeightStore::open_dir(src);
+    const std::vector<std::string> names = store.names();
+    // The header needs every output tensor's shape up front.
+    std::vector<SafetensorsWriter::Spec> specs;
+    for (const std::string& name : names) {
+      const Tensor t = store.get(name);
+      std::vector<int64_t> shape;
+      for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
+      if (!quantizable(name, t, spec)) {
+        specs.push_back({name, t.dtype(), shape});
+        continue;
+      }
+      const std::string prefix = name.substr(0, name.size() - 7);
+      specs.push_back({name, DType::kU32, {t.dim(0), t.dim(1) * spec.bits / 32}});
+      specs.push_back({prefix + ".scales", t.dtype(), {t.dim(0), t.dim(1) / spec.group_size}});
+      specs.push_back({prefix + ".biases", t.dtype(), {t.dim(0), t.dim(1) / spec.group_size}});
+    }
+    SafetensorsWriter writer((stage / "model.safetensors").string(), specs, {{"format", "mlx"}});
+    size_t done = 0, quantized = 0;
+    for (const std::string& name : names) {
+      progress(done, names.size(), name);
+      const Tensor t = store.get(name);
+      if (!quantizable(name, t, spec)) {
+        writer.write(t);
+      } else {
+        const QuantizedMatrix q = affine_quantize(t, spec, t.dtype());
+        writer.write(q.packed);
+        writer.write(q.scales);
+        writer.write(q.biases);
+        ++quantized;
+      }
+      ++done;
+    }
+    progress(done, names.size(), "");
+    writer.finish();
+    write_config(src_dir, stage, spec);
+    // Everything else a model directory carries (tokenizer, templates, generation config).
+    for (const auto& entry : fs::directory_iterator(src_dir)) {
+      const std::string fname = entry.path().filename().string();
+      if (!entry.is_regular_file() || fname == "config.json" || entry.path().extension() == ".safetensors" ||
+          fname == "model.safetensors.index.json") {
+        continue;
+      }
+      fs::copy_file(entry.path(), stage / fname);
+    }
+    if (fs::exists(dst_dir)) fs::remove(dst_dir);  // empty, checked above
+    fs::rename(stage, dst_dir);
+    std::printf("hearth: wrote %s (%zu of %zu tensors quantized to %d bits, groups of %d) in %.1f s\n",
+                mlx_path.c_str(), quantized, names.size(), spec.bits, spec.group_size, timer.seconds());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(stage, ec);
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace hearth::cli

@@ -1,0 +1,170 @@
+#include "core/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/error.h"
+
+namespace hearth {
+
+void check_quant_spec(const QuantSpec& spec) {
+  const int b = spec.bits;
+  if (b != 2 && b != 3 && b != 4 && b != 5 && b != 6 && b != 8) {
+    throw InputError("quantization bits must be 2, 3, 4, 5, 6 or 8, got " + std::to_string(b));
+  }
+  const int g = spec.group_size;
+  if (g != 32 && g != 64 && g != 128) {
+    throw InputError("quantization group_size must be 32, 64 or 128, got " + std::to_string(g));
+  }
+}
+
+void affine_quantize_row(const float* w, int64_t K, const QuantSpec& spec, uint32_t* packed, float* scales,
+                         float* biases) {
+  const float n_bins = static_cast<float>((1 << spec.bits) - 1);
+  const float eps = 1e-7f;
+  const int64_t words = K * spec.bits / 32;
+  std::fill(packed, packed + words, 0u);
+  for (int64_t g0 = 0, gi = 0; g0 < K; g0 += spec.group_size, ++gi) {
+    float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+    for (int64_t k = g0; k < g0 + spec.group_size; ++k) {
+      lo = std::min(lo, w[k]);
+      hi = std::max(hi, w[k]);
+    }
+    // As MLX: the step spans [lo, hi]; its sign and anchor follow the larger-magnitude end,
+    // which then maps exactly onto a code.
+    const bool anchor_low = std::abs(lo) > std::abs(hi);
+    float scale = std::max((hi - lo) / n_bins, eps);
+    scale = anchor_low ? scale : -scale;
+    const float edge = anchor_low ? lo : hi;
+    const float q0 = std::rint(edge / scale);
+    float bias = 0;
+    if (q0 != 0) {
+      scale = edge / q0;
+      bias = edge;
+    }
+    for (int64_t k = g0; k < g0 + spec.group_size; ++k) {
+      const float q = std::min(std::max(std::rint((w[k] - bias) / scale), 0.0f), n_bins);
+      const auto code = static_cast<uint64_t>(q);
+      const uint64_t bit = static_cast<uint64_t>(k) * static_cast<uint64_t>(spec.bits);
+      const uint64_t word = bit >> 5, shift = bit & 31;
+      packed[word] |= static_cast<uint32_t>(code << shift);
+      if (shift + static_cast<uint64_t>(spec.bits) > 32)
+        packed[word + 1] |= static_cast<uint32_t>(code >> (32 - shift));
+    }
+    scales[gi] = scale;
+    biases[gi] = bias;
+  }
+}
+
+void affine_dequantize_row(const uint32_t* packed, const float* scales, const float* biases, int64_t K,
+                           const QuantSpec& spec, float* out) {
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t g = k / spec.group_size;
+    out[k] = scales[g] * static_cast<float>(affine_code(packed, k, spec.bits)) + biases[g];
+  }
+}
+
+namespace {
+
+void check_shapes(int64_t N, int64_t K, const QuantSpec& spec) {
+  check_quant_spec(spec);
+  if (K % spec.group_size != 0) {
+    throw InputError("cannot quantize a matrix with " + std::to_string(K) + " columns in groups of " +
+                     std::to_string(spec.group_size));
+  }
+  (void)N;
+}
+
+std::vector<float> row_f32(const Tensor& t, int64_t row) {
+  const int64_t cols = t.dim(1);
+  std::vector<float> out(static_cast<size_t>(cols));
+  const auto* base = static_cast<const uint8_t*>(t.raw()) + static_cast<size_t>(row * cols) * dtype_size(t.dtype());
+  for (int64_t i = 0; i < cols; ++i) {
+    switch (t.dtype()) {
+      case DType::kF32: std::memcpy(&out[static_cast<size_t>(i)], base + i * 4, 4); break;
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, base + i * 2, 2);
+        out[static_cast<size_t>(i)] = bf16_to_f32(h);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t h;
+        std::memcpy(&h, base + i * 2, 2);
+        out[static_cast<size_t>(i)] = f16_to_f32(h);
+        break;
+      }
+      default: throw InputError("cannot quantize a " + std::string(dtype_name(t.dtype())) + " tensor");
+    }
+  }
+  return out;
+}
+
+void store(float v, DType t, void* dst) {
+  if (t == DType::kF32) {
+    std::memcpy(dst, &v, 4);
+  } else {
+    const uint16_t h = t == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+    std::memcpy(dst, &h, 2);
+  }
+}
+
+float load(const void* src, DType t) {
+  if (t == DType::kF32) {
+    float v;
+    std::memcpy(&v, src, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, src, 2);
+  return t == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+}  // namespace
+
+QuantizedMatrix affine_quantize(const Tensor& w, const QuantSpec& spec, DType scale_dtype) {
+  if (w.rank() != 2) throw InputError("quantize: expected a matrix, got " + w.str());
+  if (!is_float(scale_dtype)) throw InputError("quantize: scales must be a float dtype");
+  const int64_t N = w.dim(0), K = w.dim(1);
+  check_shapes(N, K, spec);
+  const int64_t groups = K / spec.group_size, words = K * spec.bits / 32;
+  QuantizedMatrix q;
+  q.spec = spec;
+  q.rows = N;
+  q.cols = K;
+  q.packed = Tensor::empty({N, words}, DType::kU32);
+  q.scales = Tensor::empty({N, groups}, scale_dtype);
+  q.biases = Tensor::empty({N, groups}, scale_dtype);
+  std::vector<float> s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
+  const size_t es = dtype_size(scale_dtype);
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<float> row = row_f32(w, n);
+    affine_quantize_row(row.data(), K, spec, q.packed.data<uint32_t>() + n * words, s.data(), b.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      store(s[static_cast<size_t>(g)], scale_dtype, static_cast<uint8_t*>(q.scales.raw()) + (n * groups + g) * es);
+      store(b[static_cast<size_t>(g)], scale_dtype, static_cast<uint8_t*>(q.biases.raw()) + (n * groups + g) * es);
+    }
+  }
+  return q;
+}
+
+Tensor affine_dequantize(const QuantizedMatrix& q) {
+  const int64_t groups = q.cols / q.spec.group_size, words = q.cols * q.spec.bits / 32;
+  Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);
+  std::vector<float> s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
+  const DType st = q.scales.dtype();
+  const size_t es = dtype_size(st);
+  for (int64_t n = 0; n < q.rows; ++n) {
+    for (int64_t g = 0; g < groups; ++g) {
+      s[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.scales.raw()) + (n * groups + g) * es, st);
+      b[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.biases.raw()) + (n * groups + g) * es, st);
+    }
+    affine_dequantize_row(q.packed.data<uint32_t>() + n * words, s.data(), b.data(), q.cols, q.spec,
+                          out.data<float>() + n * q.cols);
+  }
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,56 @@
+// MLX affine quantization (the mlx-community format): a [N, K] matrix is stored as
+//   packed  [N, K * bits / 32] u32: each row a little-endian bit stream, element k in bits
+//           [k * bits, (k + 1) * bits) (low bits first; 3-, 5- and 6-bit values cross words),
+//   scales, biases [N, K / group_size] f32|bf16|f16: w[n, k] = scale * q + bias for the group
+//           of k.
+// bits 2, 3, 4, 5, 6, 8; group sizes 32, 64, 128. See docs/quantization.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace hearth {
+
+struct QuantSpec {
+  int bits = 4;
+  int group_size = 64;
+  bool operator==(const QuantSpec&) const = default;
+};
+
+// Throws InputError naming the problem unless bits is in {2,3,4,5,6,8} and group_size in {32,64,128}.
+void check_quant_spec(const QuantSpec& spec);
+
+struct QuantizedMatrix {
+  QuantSpec spec;
+  int64_t rows = 0, cols = 0;  // the logical [N, K]
+  Tensor packed;               // [N, K * bits / 32] u32
+  Tensor scales, biases;       // [N, K / group_size], one float dtype
+  bool defined() const { return packed.defined(); }
+  size_t nbytes() const { return packed.nbytes() + scales.nbytes() + biases.nbytes(); }
+};
+
+// The reference codec, one row at a time (K a multiple of group_size).
+// MLX's quantizer: per group, the scale spans [min, max] over 2^bits - 1 steps, anchored so
+// that the extreme with the larger magnitude is represented exactly.
+void affine_quantize_row(const float* w, int64_t K, const QuantSpec& spec, uint32_t* packed, float* scales,
+                         float* biases);
+// out[k] = scale * q + bias, with scale and bias as the matrix stores them (rounded to its dtype).
+void affine_dequantize_row(const uint32_t* packed, const float* scales, const float* biases, int64_t K,
+                           const QuantSpec& spec, float* out);
+// The unsigned value of element k of a packed row.
+inline uint32_t affine_code(const uint32_t* packed, int64_t k, int bits) {
+  const uint64_t bit = static_cast<uint64_t>(k) * static_cast<uint64_t>(bits);
+  const uint64_t word = bit >> 5, shift = bit & 31;
+  uint64_t v = packed[word] >> shift;
+  if (shift + static_cast<uint64_t>(bits) > 32) v |= static_cast<uint64_t>(packed[word + 1]) << (32 - shift);
+  return static_cast<uint32_t>(v & ((1u << bits) - 1u));
+}
+
+// Quantizes a float matrix [N, K] (any float dtype); scales and biases get `scale_dtype`.
+QuantizedMatrix affine_quantize(const Tensor& w, const QuantSpec& spec, DType scale_dtype);
+// The dense f32 matrix the quantized one stands for.
+Tensor affine_dequantize(const QuantizedMatrix& q);
+
+}  // namespace hearth

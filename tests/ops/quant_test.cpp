@@ -1,0 +1,133 @@
+// MLX affine quantization: the codec against the format's error bound and hand-packed rows,
+// and every CPU path of the quantized matmul against the scalar reference.
+#include "core/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backends/cpu/isa.h"
+#include "backends/cpu/quant_kernels.h"
+
+namespace hearth {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+const QuantSpec kSpecs[] = {{2, 32}, {3, 32},  {4, 32}, {5, 64},  {6, 64},  {8, 64},
+                            {4, 64}, {4, 128}, {8, 32}, {8, 128}, {3, 128}, {6, 128}};
+
+// Each value comes back as the nearest point of its group's grid {bias + scale * q}: within
+// half a step inside the grid's span. MLX anchors the grid on the extreme of larger magnitude
+// (exactly representable) and rounds the step to fit it, so the other extreme can fall just
+// outside the span and is clamped to the grid's end.
+TEST(AffineQuant, RoundTripGivesTheNearestGridPoint) {
+  const int64_t K = 384;
+  for (const QuantSpec& spec : kSpecs) {
+    const std::vector<float> w = random_floats(K, 7 + spec.bits);
+    std::vector<uint32_t> packed(static_cast<size_t>(K * spec.bits / 32));
+    std::vector<float> s(static_cast<size_t>(K / spec.group_size)), b(s.size()), back(static_cast<size_t>(K));
+    affine_quantize_row(w.data(), K, spec, packed.data(), s.data(), b.data());
+    affine_dequantize_row(packed.data(), s.data(), b.data(), K, spec, back.data());
+    const int levels = 1 << spec.bits;
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t g = static_cast<size_t>(k / spec.group_size);
+      float nearest = INFINITY;
+      for (int q = 0; q < levels; ++q)
+        nearest = std::min(nearest, std::abs(b[g] + s[g] * q - w[static_cast<size_t>(k)]));
+      const float err = std::abs(back[static_cast<size_t>(k)] - w[static_cast<size_t>(k)]);
+      EXPECT_LE(err, nearest + 1e-6f) << spec.bits << "-bit g" << spec.group_size << " k=" << k;
+      EXPECT_LE(nearest, std::abs(s[g])) << "the grid spans the group";
+    }
+  }
+}
+
+TEST(AffineQuant, PackingIsALittleEndianBitStream) {
+  // 3-bit codes 0..7 repeated: element k sits at bits [3k, 3k + 3) across word boundaries.
+  const QuantSpec spec{3, 32};
+  std::vector<uint32_t> packed(3, 0);
+  for (int k = 0; k < 32; ++k) {
+    const uint64_t bit = 3ull * static_cast<uint64_t>(k);
+    const uint64_t v = static_cast<uint64_t>(k % 8) << (bit & 31);
+    packed[bit >> 5] |= static_cast<uint32_t>(v);
+    if ((bit & 31) + 3 > 32) packed[(bit >> 5) + 1] |= static_cast<uint32_t>(v >> 32);
+  }
+  for (int k = 0; k < 32; ++k) EXPECT_EQ(affine_code(packed.data(), k, 3), static_cast<uint32_t>(k % 8));
+  const float scale = 0.5f, bias = -1.0f;
+  std::vector<float> out(32);
+  affine_dequantize_row(packed.data(), &scale, &bias, 32, spec, out.data());
+  EXPECT_FLOAT_EQ(out[10], 0.5f * 2 - 1.0f);
+  // 4-bit: byte j holds element 2j in its low nibble, as MLX packs uint32 words low bits first.
+  const uint32_t word = 0x76543210u;
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(affine_code(&word, k, 4), static_cast<uint32_t>(k));
+}
+
+TEST(AffineQuant, ExtremeOfLargerMagnitudeIsExact) {
+  std::vector<float> w(32, 0.1f);
+  w[3] = -2.0f;  // |min| > |max|: the minimum is the anchor
+  w[9] = 0.75f;
+  std::vector<uint32_t> packed(4);
+  float s = 0, b = 0;
+  affine_quantize_row(w.data(), 32, QuantSpec{4, 32}, packed.data(), &s, &b);
+  std::vector<float> back(32);
+  affine_dequantize_row(packed.data(), &s, &b, 32, QuantSpec{4, 32}, back.data());
+  EXPECT_EQ(back[3], -2.0f);
+  // A constant group survives exactly.
+  std::vector<float> c(32, 0.25f);
+  affine_quantize_row(c.data(), 32, QuantSpec{4, 32}, packed.data(), &s, &b);
+  affine_dequantize_row(packed.data(), &s, &b, 32, QuantSpec{4, 32}, back.data());
+  for (float v : back) EXPECT_FLOAT_EQ(v, 0.25f);
+}
+
+TEST(AffineQuant, BadSpecsAreRefused) {
+  EXPECT_THROW(check_quant_spec({7, 64}), InputError);
+  EXPECT_THROW(check_quant_spec({4, 16}), InputError);
+  EXPECT_THROW(affine_quantize(Tensor::zeros({4, 48}, DType::kF32), {4, 32}, DType::kF32), InputError);
+}
+
+// Every ISA and both paths (decode T <= 4, prefill tiles) against the scalar reference.
+TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
+  const int64_t K = 256, N = 45;
+  for (const QuantSpec& spec : kSpecs) {
+    for (DType st : {DType::kBF16, DType::kF32, DType::kF16}) {
+      const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 100 + spec.bits, 0.05f);
+      const QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st);
+      const cpu::AffineMatrix m{
+          q.packed.data<uint32_t>(), q.scales.raw(), q.biases.raw(), st, spec.bits, spec.group_size, N, K};
+      const std::vector<float> bias = random_floats(static_cast<size_t>(N), 5);
+      for (int64_t T : {1, 3, 4, 9}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(T * K), 11 + T);
+        std::vector<float> ref(static_cast<size_t>(T * N)), got(ref.size());
+        cpu::affine_matmul(cpu::Isa::kScalar, nullptr, x.data(), T, m, bias.data(), ref.data());
+        // The reference is the dequantized matrix times x.
+        const Tensor dense = affine_dequantize(q);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < N; ++n) {
+            double acc = bias[static_cast<size_t>(n)];
+            for (int64_t k = 0; k < K; ++k) acc += double(x[t * K + k]) * dense.data<float>()[n * K + k];
+            ASSERT_NEAR(ref[static_cast<size_t>(t * N + n)], acc, 1e-4);
+          }
+        }
+        ThreadPool pool(2);
+        for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+          if (!cpu::isa_supported(isa)) continue;
+          cpu::affine_matmul(isa, &pool, x.data(), T, m, bias.data(), got.data());
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_NEAR(got[i], ref[i], 2e-5f * (1.0f + std::abs(ref[i])))
+                << spec.bits << "-bit g" << spec.group_size << " T=" << T << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth
