@@ -1,5 +1,6 @@
 #include "formats/gguf.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -99,10 +100,10 @@ GgufArray read_array(Reader& r, int depth) {
           r.fail("bool array element " + std::to_string(i) + " is " + std::to_string(p[i]) + ", not 0 or 1");
     }
   } else if (a.type == GgufValueType::kString) {
-    a.strings.reserve(n);
+    // No reserve(n): n is bounded only by the bytes left, which in a model file can be GBs.
+    // Growing as elements parse keeps memory a small multiple of the bytes actually read.
     for (uint64_t i = 0; i < n; ++i) a.strings.push_back(r.string("array string"));
   } else {
-    a.arrays.reserve(n);
     for (uint64_t i = 0; i < n; ++i) a.arrays.push_back(read_array(r, depth + 1));
   }
   return a;
@@ -236,7 +237,7 @@ GgufHeader parse_gguf(const uint8_t* data, size_t size, const std::string& path)
   h.alignment = read_alignment(r, h.metadata);
 
   std::map<std::string, size_t, std::less<>> names;
-  h.tensors.reserve(n_tensors);
+  h.tensors.reserve(std::min<uint64_t>(n_tensors, 1 << 16));  // not n: it may be corrupt
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t = read_tensor_info(r, i, h.alignment);
     if (!names.emplace(t.name, i).second) {

@@ -1,13 +1,8 @@
 #include "formats/gguf_writer.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -93,21 +88,10 @@ GgufWriter::GgufWriter(std::string path, GgufWriterOptions options)
     throw InputError("gguf writer: alignment " + std::to_string(a) + " is not a power of two >= 8");
   if (!options_.overwrite && destination_has_data(path_))
     throw FileError(path_, "already exists and is not empty (set overwrite to replace it)");
-  static std::atomic<int> counter{0};
-  staging_ = path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  fd_ = ::open(staging_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw FileError(path_, "cannot create staging file " + staging_ + ": " + std::strerror(errno));
+  file_ = std::make_unique<AtomicFile>(path_);
 }
 
-GgufWriter::~GgufWriter() {
-  if (!finished_) remove_staging();
-}
-
-void GgufWriter::remove_staging() noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  ::unlink(staging_.c_str());
-}
+GgufWriter::~GgufWriter() = default;  // AtomicFile removes its temporary file unless committed
 
 void GgufWriter::set_metadata(const std::string& key, GgufValue value) {
   HEARTH_CHECK_MSG(!header_written_, "GgufWriter::set_metadata after tensor data");
@@ -180,7 +164,7 @@ void GgufWriter::write_header() {
 }
 
 void GgufWriter::write_tensor_data(const std::string& name, const void* data, size_t nbytes) {
-  HEARTH_CHECK_MSG(!finished_ && fd_ >= 0, "GgufWriter used after finish() or a failed write");
+  HEARTH_CHECK_MSG(!finished_, "GgufWriter used after finish()");
   if (!header_written_) write_header();
   if (next_tensor_ >= tensors_.size())
     throw InputError("gguf tensor '" + printable(name) + "': data written but no more tensors were declared");
@@ -216,21 +200,15 @@ void GgufWriter::write_tensor(const std::string& name, const Tensor& t) {
 }
 
 void GgufWriter::finish() {
-  HEARTH_CHECK_MSG(!finished_ && fd_ >= 0, "GgufWriter::finish called twice or after a failed write");
+  HEARTH_CHECK_MSG(!finished_, "GgufWriter::finish called twice");
   if (!header_written_) write_header();
   if (next_tensor_ < tensors_.size())
     throw InputError("gguf tensor '" + printable(tensors_[next_tensor_].name) + "' was declared but never written");
   flush();
-  if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
-    fd_ = -1;
-    throw FileError(path_, std::string("cannot flush to disk: ") + std::strerror(errno));
-  }
-  fd_ = -1;
   if (!options_.overwrite && destination_has_data(path_))
     throw FileError(path_, "appeared while writing and is not empty (set overwrite to replace it)");
-  if (std::rename(staging_.c_str(), path_.c_str()) != 0)
-    throw FileError(path_, std::string("cannot publish: ") + std::strerror(errno));
   finished_ = true;
+  file_->commit();
 }
 
 void GgufWriter::write_bytes(const void* data, size_t n) {
@@ -240,28 +218,11 @@ void GgufWriter::write_bytes(const void* data, size_t n) {
     return;
   }
   flush();
-  const auto* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t k = ::write(fd_, p + done, n - done);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      throw FileError(path_, std::string("write failed: ") + std::strerror(errno));
-    }
-    done += static_cast<size_t>(k);
-  }
+  file_->append(data, n);  // large tensor data goes straight from the caller's buffer
 }
 
 void GgufWriter::flush() {
-  size_t done = 0;
-  while (done < buffer_.size()) {
-    const ssize_t k = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      throw FileError(path_, std::string("write failed: ") + std::strerror(errno));
-    }
-    done += static_cast<size_t>(k);
-  }
+  file_->append(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 

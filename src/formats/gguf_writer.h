@@ -1,7 +1,7 @@
 // Streaming GGUF writer (version 3). Metadata and tensor infos are declared first; tensor data
 // then goes out one tensor at a time, in declaration order, so memory stays near one tensor.
-// Everything is written to a staging file beside the destination, which finish() fsyncs and
-// renames into place (an interrupted write never leaves a partial file under the real name).
+// Everything is written through an AtomicFile (a temporary file beside the destination that
+// finish() fsyncs and renames into place), so an interrupted write leaves no partial file.
 //
 //   GgufWriter w(path);
 //   w.set_metadata("general.architecture", "llama");
@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "core/tensor.h"
 #include "formats/ggml_quants.h"
 #include "formats/gguf_value.h"
@@ -27,10 +29,10 @@ struct GgufWriterOptions {
 
 class GgufWriter {
  public:
-  // Creates the staging file. FileError when `path` exists, is non-empty and overwrite is off,
-  // or the staging file cannot be created; InputError for a bad alignment.
+  // Creates the temporary file. FileError when `path` exists, is non-empty and overwrite is
+  // off, or the file cannot be created; InputError for a bad alignment.
   explicit GgufWriter(std::string path, GgufWriterOptions options = {});
-  ~GgufWriter();  // without finish(): closes and removes the staging file
+  ~GgufWriter();  // without finish(): the temporary file is removed
   GgufWriter(const GgufWriter&) = delete;
   GgufWriter& operator=(const GgufWriter&) = delete;
 
@@ -65,12 +67,10 @@ class GgufWriter {
   void write_bytes(const void* data, size_t n);
   void pad_to_alignment();
   void flush();
-  void remove_staging() noexcept;
 
   std::string path_;
-  std::string staging_;
   GgufWriterOptions options_;
-  int fd_ = -1;
+  std::unique_ptr<AtomicFile> file_;
   GgufMetadata metadata_;
   std::vector<Declared> tensors_;
   uint64_t data_size_ = 0;  // data section size so far (declared tensors, padded)
