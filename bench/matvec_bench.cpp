@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/quant_kernels.h"
 #include "core/dtype.h"
+#include "core/quant.h"
 
 namespace {
 
@@ -50,6 +52,14 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < wh.size(); ++i) wh[i] = hearth::f32_to_f16(0.01f * static_cast<float>(i % 13));
   std::vector<float> wf(static_cast<size_t>(N * K / 2), 0.01f);  // same bytes as the 16-bit matrices
   const hearth::cpu::Isa isa = hearth::cpu::best_isa();
+  // MLX affine 4- and 8-bit copies of the f32 weights (groups of 64, bf16 scales).
+  std::vector<float> wq_src(static_cast<size_t>(N * K));
+  for (size_t i = 0; i < wq_src.size(); ++i) wq_src[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+  const hearth::Tensor wq_t = hearth::Tensor::from_f32({N, K}, wq_src.data());
+  const hearth::QuantizedMatrix q4 = hearth::affine_quantize(wq_t, {4, 64}, hearth::DType::kBF16);
+  const hearth::QuantizedMatrix q8 = hearth::affine_quantize(wq_t, {8, 64}, hearth::DType::kBF16);
+  wq_src.clear();
+  wq_src.shrink_to_fit();
   std::printf("matvec [%lld x %lld], %s kernels, %.0f MB per matrix\n", static_cast<long long>(N),
               static_cast<long long>(K), std::string(hearth::cpu::isa_name(isa)).c_str(), N * K * 2 / 1e6);
   for (int threads : {1, 2}) {
@@ -66,6 +76,16 @@ int main(int argc, char** argv) {
           best_seconds([&] { hearth::cpu::matmul(isa, &pool, x.data(), 1, K, w, t, rows, nullptr, y.data()); });
       return bytes / s / 1e9;
     };
+    auto qrate = [&](const hearth::QuantizedMatrix& q) {
+      const hearth::cpu::AffineMatrix m{
+          q.packed.data<uint32_t>(), q.scales.raw(), q.biases.raw(), q.scales.dtype(), q.spec.bits,
+          q.spec.group_size,         q.rows,         q.cols};
+      const double s = best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
+      return static_cast<double>(q.nbytes()) / s / 1e9;
+    };
+    const double r4 = qrate(q4), r8 = qrate(q8);
+    std::printf("threads %d: matvec 4-bit %.1f GB/s (%.0f%%), 8-bit %.1f GB/s (%.0f%%) of quantized bytes\n", threads,
+                r4, 100 * r4 / bw, r8, 100 * r8 / bw);
     const double f32 = rate(wf.data(), hearth::DType::kF32, N / 2);
     const double bf16 = rate(w16.data(), hearth::DType::kBF16, N);
     const double f16 = rate(wh.data(), hearth::DType::kF16, N);

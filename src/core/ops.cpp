@@ -72,8 +72,22 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 
 namespace {
 
+void expect_ggml_blocks(const QuantizedMatrix& w, const char* op) {
+  expect(ggml_is_block_quantized(w.ggml_type), op,
+         "ggml type " + std::string(ggml_type_name(w.ggml_type)) + " has no kernels (Q8_0, Q4_0, Q4_K, Q6_K do)");
+  const int64_t block = ggml_type_info(w.ggml_type).block_size;
+  expect(w.rows >= 0 && w.cols >= 0 && w.cols % block == 0, op,
+         std::string(ggml_type_name(w.ggml_type)) + " rows need a multiple of " + std::to_string(block) +
+             " columns, got " + std::to_string(w.cols));
+  const Shape want({w.rows, static_cast<int64_t>(row_bytes(w.ggml_type, w.cols))});
+  expect(w.packed.dtype() == DType::kU8 && w.packed.shape() == want, op,
+         "expected " + w.str() + " blocks u8" + want.str() + ", got " + w.packed.str());
+  expect(!w.scales.defined() && !w.biases.defined(), op, "ggml blocks carry their own scales");
+}
+
 void expect_quantized(const QuantizedMatrix& w, const char* op) {
   expect(w.defined(), op, "the quantized matrix is undefined");
+  if (w.is_ggml()) return expect_ggml_blocks(w, op);
   check_quant_spec(w.spec);
   const int64_t words = w.cols * w.spec.bits / 32, groups = w.cols / w.spec.group_size;
   expect(w.cols % w.spec.group_size == 0 && w.cols * w.spec.bits % 32 == 0, op,

@@ -17,11 +17,11 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 // x: [T, K] f32, w: [N, K] f32|bf16|f16, bias: [N] f32 or undefined -> y: [T, N] f32
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
 
-// x: [T, K] f32, w: affine-quantized [N, K] (core/quant.h), bias: [N] f32 or undefined
-// -> y: [T, N] f32
+// x: [T, K] f32, w: quantized [N, K] (core/quant.h: MLX affine or ggml blocks), bias: [N] f32
+// or undefined -> y: [T, N] f32
 void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y);
 
-// table: affine-quantized [V, D], ids: [T] i32 -> out: [T, D] f32 (the dequantized rows)
+// table: quantized [V, D] (either format), ids: [T] i32 -> out: [T, D] f32 (the dequantized rows)
 void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out);
 
 // x: [T, D] f32, w: [D] f32 -> y: [T, D] f32 (y may be x). y = x / rms(x) * w

@@ -150,6 +150,40 @@ QuantizedMatrix affine_quantize(const Tensor& w, const QuantSpec& spec, DType sc
   return q;
 }
 
+std::string QuantizedMatrix::str() const {
+  const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  if (is_ggml()) return std::string(ggml_type_name(ggml_type)) + " " + shape;
+  return "affine " + std::to_string(spec.bits) + "-bit/" + std::to_string(spec.group_size) + " " + shape;
+}
+
+QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor blocks) {
+  if (!ggml_is_block_quantized(type)) {
+    throw InputError("ggml type " + std::string(ggml_type_name(type)) +
+                     " is not a block-quantized matrix type (Q8_0, Q4_0, Q4_K, Q6_K are)");
+  }
+  const Shape want({rows, static_cast<int64_t>(row_bytes(type, cols))});
+  if (!blocks.defined() || blocks.dtype() != DType::kU8 || blocks.shape() != want) {
+    throw InputError(std::string(ggml_type_name(type)) + " [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                     "]: expected blocks u8" + want.str() + ", got " + (blocks.defined() ? blocks.str() : "none"));
+  }
+  QuantizedMatrix q;
+  q.format = QuantFormat::kGgml;
+  q.ggml_type = type;
+  q.rows = rows;
+  q.cols = cols;
+  q.packed = std::move(blocks);
+  return q;
+}
+
+Tensor dequantize(const QuantizedMatrix& q) {
+  if (!q.is_ggml()) return affine_dequantize(q);
+  Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);
+  const int64_t rb = q.packed.dim(1);
+  for (int64_t n = 0; n < q.rows; ++n)
+    dequantize_row(q.ggml_type, q.packed.data<uint8_t>() + n * rb, out.data<float>() + n * q.cols, q.cols);
+  return out;
+}
+
 Tensor affine_dequantize(const QuantizedMatrix& q) {
   const int64_t groups = q.cols / q.spec.group_size, words = q.cols * q.spec.bits / 32;
   Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);

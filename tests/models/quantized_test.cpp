@@ -83,7 +83,7 @@ TEST_P(Quantized, ConvertedModelRunsCloseToF32) {
   ctx.insert(ctx.end(), want.begin(), want.end() - 1);
   const Tensor f32_all = prefill_logits(*f32_model, ctx);
   const int64_t vocab = f32_all.dim(1);
-  const float min_margin = bound.bits == 8 ? 0.05f : 0.5f;
+  const float min_margin = bound.bits == 8 ? 0.2f : 1.0f;
   size_t checked = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     std::vector<float> row(f32_all.data<float>() + (tokens.size() - 1 + i) * static_cast<size_t>(vocab),
@@ -108,8 +108,9 @@ TEST_P(Quantized, ConvertedModelRunsCloseToF32) {
   for (size_t i = 0; i < gen.size(); ++i) {
     const float* row = all.data<float>() + (prompt.size() - 1 + i) * static_cast<size_t>(V);
     const float top = *std::max_element(row, row + V);
-    // Equal unless the top two are within float noise of each other.
-    EXPECT_GE(row[gen[i]], top - 1e-3f * (1.0f + std::abs(top))) << "step " << i;
+    // Equal unless the top two are within the noise of decode's int8 activations (the VNNI
+    // path rounds x to int8 per 32 values; prefill multiplies f32 x with dequantized tiles).
+    EXPECT_GE(row[gen[i]], top - 2e-2f * (1.0f + std::abs(top))) << "step " << i;
   }
 }
 

@@ -58,4 +58,9 @@ Isa active_isa() {
   throw InputError("HEARTH_ISA: expected auto, scalar, avx2 or avx512, got '" + want + "'");
 }
 
+bool has_avx512_vnni() {
+  static const bool yes = isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512vnni");
+  return yes;
+}
+
 }  // namespace hearth::cpu

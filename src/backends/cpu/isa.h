@@ -14,5 +14,8 @@ Isa best_isa();
 // What kernels use now: the HEARTH_ISA knob, else best_isa(). Asking for an ISA the CPU
 // lacks is an InputError.
 Isa active_isa();
+// AVX-512 VNNI (vpdpbusd: u8 x s8 dot products), used by the quantized decode kernels when
+// the active ISA is AVX-512.
+bool has_avx512_vnni();
 
 }  // namespace hearth::cpu

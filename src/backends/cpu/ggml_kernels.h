@@ -1,0 +1,33 @@
+// Kernels on ggml block-quantized matrices (GGUF's Q8_0, Q4_0, Q4_K, Q6_K; core/ggml_blocks.h
+// has the layouts). Shapes as core/ops.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cpu/isa.h"
+#include "base/thread_pool.h"
+#include "core/ggml_blocks.h"
+
+namespace hearth::cpu {
+
+// One quantized matrix as raw pointers: blocks [N, row_bytes] u8, each row the blocks of K
+// elements of `type`.
+struct GgmlMatrix {
+  const uint8_t* blocks;
+  GgmlType type;
+  int64_t N, K;
+  size_t row_bytes;
+};
+
+// x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias.
+// Scalar ISA: the reference (dequantize each row, plain dot). AVX2/AVX-512: decode (T <= 4)
+// dequantizes a row and takes a vector dot, except Q8_0 and Q4_0 on AVX-512, which unpack each
+// block in registers; prefill (T > 4) dequantizes tiles of rows through the f32 matmul.
+void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
+                 float* y);
+
+// Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
+void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
+
+}  // namespace hearth::cpu
