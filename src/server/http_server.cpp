@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <thread>
 
@@ -85,7 +86,10 @@ struct HttpServer::Impl {
   void setup();
   bool authorized(const httplib::Request& req) const;
   void handle(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader, Endpoint ep);
-  void generate(const ojson& body, httplib::Response& res, Endpoint endpoint, Clock::time_point received);
+  void generate(const ojson& body, httplib::Response& res, Endpoint endpoint, Clock::time_point received,
+                std::shared_ptr<void> ticket);
+  // Counts a response in flight until the returned handle and its copies are gone.
+  std::shared_ptr<void> response_ticket();
   void count_tokens(const ojson& body, httplib::Response& res);
   Gauges gauges() const;
   void send_error(httplib::Response& res, const ApiError& e, Endpoint ep) const {
@@ -104,6 +108,13 @@ struct HttpServer::Impl {
   Metrics metrics;
   httplib::Server http;
   std::atomic<bool> stop_requested{false}, in_run{false}, draining{false};
+  int listen_socket = -1;  // set by the socket-options hook when bind() creates it
+  // Responses not yet fully written. A chunked response (streamed or not) ends when httplib
+  // destroys its provider, after the last byte went out. stop() waits for them: httplib stops
+  // writing a chunked response as soon as its listening socket is closed.
+  std::mutex active_mu;
+  std::condition_variable active_cv;
+  int64_t active = 0;
   EngineWorker worker;  // after everything the engine thread may read
 };
 
@@ -147,10 +158,17 @@ Gauges HttpServer::Impl::gauges() const {
 void HttpServer::Impl::setup() {
   // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
   // server bind a port that is already taken instead of refusing to start.
-  http.set_socket_options([](socket_t sock) {
+  http.set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_socket = sock;  // the listening socket (httplib calls this for it alone)
   });
+  // A streamed response holds its HTTP thread until it ends, and so does a request waiting in
+  // the engine's queue: size the pool for every queued request plus the running one, plus
+  // headroom for quick routes (/health, /stats, refusals), instead of httplib's
+  // max(8, cores - 1).
+  const size_t http_threads = std::max<size_t>(32, options.max_queue + 16);
+  http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_read_timeout(options.read_timeout_s, 0);
   http.set_write_timeout(options.write_timeout_s, 0);
@@ -219,14 +237,27 @@ void HttpServer::Impl::setup() {
             });
 }
 
+std::shared_ptr<void> HttpServer::Impl::response_ticket() {
+  {
+    std::lock_guard<std::mutex> lock(active_mu);
+    ++active;
+  }
+  return std::shared_ptr<void>(nullptr, [this](void*) {
+    std::lock_guard<std::mutex> lock(active_mu);
+    --active;
+    active_cv.notify_all();
+  });
+}
+
 void HttpServer::Impl::handle(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                               Endpoint ep) {
   const Clock::time_point received = Clock::now();
+  std::shared_ptr<void> ticket = response_ticket();  // kept by the response's provider, if any
   guarded(res, ep, [&] {
     if (draining) {
       throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
     }
-    generate(read_json_body(req, res, reader, options), res, ep, received);
+    generate(read_json_body(req, res, reader, options), res, ep, received, ticket);
   });
   // A stream counts as a 200 once its headers are set; its end is recorded by the stream.
   metrics.count_request(endpoint_label(ep), res.status == -1 ? 200 : res.status);
@@ -240,7 +271,7 @@ void HttpServer::Impl::count_tokens(const ojson& body, httplib::Response& res) {
 }
 
 void HttpServer::Impl::generate(const ojson& body, httplib::Response& res, Endpoint endpoint,
-                                Clock::time_point received) {
+                                Clock::time_point received, std::shared_ptr<void> ticket) {
   ParsedRequest pr = endpoint == Endpoint::kChat         ? parse_chat_request(body, model)
                      : endpoint == Endpoint::kCompletion ? parse_completion_request(body, model)
                                                          : parse_messages_request(body, model);
@@ -277,7 +308,7 @@ void HttpServer::Impl::generate(const ojson& body, httplib::Response& res, Endpo
   Metrics* m = &metrics;
   // Called once the response has ended, finished or not (client gone): stop the engine's
   // work and record the request.
-  auto finished = [reader, m, received](bool) {
+  auto finished = [reader, m, received, ticket](bool) {
     if (!reader->done()) m->count_cancelled();
     reader->cancel();
     m->add_generated_tokens(reader->completion_tokens());
@@ -358,16 +389,20 @@ HttpServer::~HttpServer() { stop(std::chrono::milliseconds(0)); }
 
 int HttpServer::bind() {
   const ServerOptions& o = impl_->options;
+  int port = o.port;
   if (o.port == 0) {
-    const int port = impl_->http.bind_to_any_port(o.host);
+    port = impl_->http.bind_to_any_port(o.host);
     if (port <= 0) throw InputError("cannot listen on " + o.host + ": no free port");
-    return port;
-  }
-  if (!impl_->http.bind_to_port(o.host, o.port)) {
+  } else if (!impl_->http.bind_to_port(o.host, o.port)) {
     throw InputError("cannot listen on " + o.host + ":" + std::to_string(o.port) +
                      " (the port is taken or the address is not local)");
   }
-  return o.port;
+  // httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the shared
+  // library). When more clients connect at once than the accept thread takes in, the kernel
+  // drops their handshakes and some connections are reset (64 concurrent clients on 2 cores:
+  // tests/server/load_test.cpp). listen() again on the bound socket raises the backlog.
+  if (impl_->listen_socket >= 0) ::listen(impl_->listen_socket, SOMAXCONN);
+  return port;
 }
 
 void HttpServer::run() {
@@ -383,11 +418,16 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
   // A stop() that lands between run()'s check and httplib's listen loop starting would be
   // lost (httplib's stop() ignores a server that is not running yet): wait for it to start.
   while (i.in_run && !i.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  i.http.stop();  // closes the listening socket; run() returns once the handlers are done
-  if (first && grace.count() > 0 && !i.worker.wait_idle(grace)) {
-    std::fprintf(stderr, "hearth: requests still running after %lld ms; cancelling them\n",
-                 static_cast<long long>(grace.count()));
+  if (first && grace.count() > 0) {
+    // Let the responses in flight end (generation and last bytes) before closing the listening
+    // socket: httplib cuts every chunked response short once that socket is closed.
+    std::unique_lock<std::mutex> lock(i.active_mu);
+    if (!i.active_cv.wait_for(lock, grace, [&] { return i.active == 0; })) {
+      std::fprintf(stderr, "hearth: requests still running after %lld ms; cancelling them\n",
+                   static_cast<long long>(grace.count()));
+    }
   }
+  i.http.stop();        // closes the listening socket; run() returns once the handlers are done
   i.worker.shutdown();  // whatever still runs ends at its next token
 }
 
