@@ -16,7 +16,7 @@ struct ModelFlags {
   int64_t threads = 0;
 
   void declare(Flags& f) {
-    f.model_dir("Model directory: config.json + safetensors weights.", &model);
+    f.model_dir("Model: a directory (config.json + safetensors weights) or a GGUF file.", &model);
     f.add("dtype", "Convert weight matrices at load time: f32, bf16 or f16 (default: as stored).", &dtype);
     f.add("threads", "CPU threads (default: one per core, or HEARTH_THREADS).", &threads);
   }

@@ -25,7 +25,7 @@ void Flags::positional(const std::string& name, const std::string& help, std::st
 }
 
 void Flags::model_dir(const std::string& help, std::string* target) {
-  positional("model", "Model directory (same as --model).", target);
+  positional("model", "Model directory or GGUF file (same as --model).", target);
   add("model", help, target);
   require("model");
 }

@@ -7,6 +7,7 @@
 #include "cli/common.h"
 #include "cli/verbs.h"
 #include "runtime/generation.h"
+#include "runtime/model_tokenizer.h"
 #include "runtime/prompt.h"
 
 namespace hearth::cli {
@@ -53,7 +54,7 @@ int run_generate(const std::vector<std::string>& args) {
   auto model = load_model(mf.model, mf.load_options());
   std::optional<Tokenizer> tokenizer;
   if (f.given("prompt")) {
-    tokenizer = Tokenizer::load(mf.model);
+    tokenizer = load_tokenizer(mf.model);
     if (raw) {
       req.prompt = tokenizer->encode(prompt, /*add_special_tokens=*/true);
     } else {

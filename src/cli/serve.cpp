@@ -10,6 +10,7 @@
 #include "cli/common.h"
 #include "cli/verbs.h"
 #include "runtime/engine.h"
+#include "runtime/model_tokenizer.h"
 #include "server/http_server.h"
 
 namespace hearth::cli {
@@ -94,7 +95,7 @@ int run_serve(const std::vector<std::string>& args) {
 
   auto pool = mf.make_pool();
   auto model = load_model(mf.model, mf.load_options());
-  const Tokenizer tokenizer = Tokenizer::load(mf.model);
+  const Tokenizer tokenizer = load_tokenizer(mf.model);
   EngineOptions eo;
   eo.kv_tokens = ctx_tokens;
   eo.prompt_cache_bytes = static_cast<int64_t>(prompt_cache_gb * 1e9);

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "cli/flags.h"
 #include "cli/verbs.h"
+#include "runtime/model_tokenizer.h"
 #include "runtime/prompt.h"
 
 namespace hearth::cli {
@@ -18,7 +19,8 @@ int run_template(const std::vector<std::string>& args) {
           "Reads one JSON object {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": true, ...}\n"
           "from stdin and prints the prompt the model's chat template renders. Other keys\n"
           "(e.g. \"enable_thinking\": false) are passed to the template as variables.");
-  f.model_dir("Directory with tokenizer_config.json (or chat_template.jinja) and tokenizer.json.", &model);
+  f.model_dir("Directory with tokenizer_config.json (or chat_template.jinja) and tokenizer.json, or a GGUF file.",
+              &model);
   if (!f.parse(args)) return 0;
   const std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   nlohmann::ordered_json request;
@@ -27,7 +29,7 @@ int run_template(const std::vector<std::string>& args) {
   } catch (const nlohmann::json::exception&) {
     throw InputError("stdin: not valid JSON");
   }
-  const Tokenizer tok = Tokenizer::load(model);
+  const Tokenizer tok = load_tokenizer(model);
   const PromptRenderer renderer(tok);
   const std::string prompt = renderer.render(request);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);

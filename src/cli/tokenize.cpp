@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "cli/flags.h"
 #include "cli/verbs.h"
-#include "tokenizer/tokenizer.h"
+#include "runtime/model_tokenizer.h"
 
 namespace hearth::cli {
 namespace {
@@ -49,10 +49,10 @@ int run_tokenize(const std::vector<std::string>& args) {
           "  {\"text\": \"...\", \"add_special_tokens\": false}  ->  {\"ids\": [...]}\n"
           "  with --decode: {\"ids\": [...], \"skip_special_tokens\": false}  ->  {\"text\": \"...\"}\n"
           "add_special_tokens defaults to true, as in Hugging Face tokenizers.");
-  f.model_dir("Directory with tokenizer.json (and tokenizer_config.json).", &model);
+  f.model_dir("Directory with tokenizer.json (and tokenizer_config.json), or a GGUF file.", &model);
   f.add("decode", "Decode ids to text instead of encoding.", &decode);
   if (!f.parse(args)) return 0;
-  const Tokenizer tok = Tokenizer::load(model);
+  const Tokenizer tok = load_tokenizer(model);
   std::string line;
   int64_t line_no = 0;
   while (std::getline(std::cin, line)) {

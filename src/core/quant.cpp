@@ -151,9 +151,18 @@ QuantizedMatrix affine_quantize(const Tensor& w, const QuantSpec& spec, DType sc
 }
 
 std::string QuantizedMatrix::str() const {
-  const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
-  if (is_ggml()) return std::string(ggml_type_name(ggml_type)) + " " + shape;
-  return "affine " + std::to_string(spec.bits) + "-bit/" + std::to_string(spec.group_size) + " " + shape;
+  std::string out;
+  if (is_ggml()) {
+    out = ggml_type_name(ggml_type);
+  } else {
+    out = "affine ";
+    out += std::to_string(spec.bits);
+    out += "-bit/";
+    out += std::to_string(spec.group_size);
+  }
+  out += " ";
+  out += Shape({rows, cols}).str();
+  return out;
 }
 
 QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor blocks) {

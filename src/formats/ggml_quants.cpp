@@ -2,60 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
 
 #include "base/error.h"
 #include "core/dtype.h"
 
 namespace hearth {
 namespace {
-
-// Block geometry from ggml-common.h (sizeof each block_* struct).
-constexpr GgmlTypeInfo kTypes[] = {
-    {GgmlType::kF32, "F32", 1, 4, true},
-    {GgmlType::kF16, "F16", 1, 2, true},
-    {GgmlType::kQ4_0, "Q4_0", 32, 18, true},
-    {GgmlType::kQ4_1, "Q4_1", 32, 20, false},
-    {GgmlType::kQ5_0, "Q5_0", 32, 22, false},
-    {GgmlType::kQ5_1, "Q5_1", 32, 24, false},
-    {GgmlType::kQ8_0, "Q8_0", 32, 34, true},
-    {GgmlType::kQ8_1, "Q8_1", 32, 36, false},
-    {GgmlType::kQ2_K, "Q2_K", 256, 84, false},
-    {GgmlType::kQ3_K, "Q3_K", 256, 110, false},
-    {GgmlType::kQ4_K, "Q4_K", 256, 144, true},
-    {GgmlType::kQ5_K, "Q5_K", 256, 176, false},
-    {GgmlType::kQ6_K, "Q6_K", 256, 210, true},
-    {GgmlType::kQ8_K, "Q8_K", 256, 292, false},
-    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66, false},
-    {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74, false},
-    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98, false},
-    {GgmlType::kIQ1_S, "IQ1_S", 256, 50, false},
-    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, false},
-    {GgmlType::kIQ3_S, "IQ3_S", 256, 110, false},
-    {GgmlType::kIQ2_S, "IQ2_S", 256, 82, false},
-    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, false},
-    {GgmlType::kI8, "I8", 1, 1, false},
-    {GgmlType::kI16, "I16", 1, 2, false},
-    {GgmlType::kI32, "I32", 1, 4, false},
-    {GgmlType::kI64, "I64", 1, 8, false},
-    {GgmlType::kF64, "F64", 1, 8, false},
-    {GgmlType::kIQ1_M, "IQ1_M", 256, 56, false},
-    {GgmlType::kBF16, "BF16", 1, 2, true},
-    {GgmlType::kTQ1_0, "TQ1_0", 256, 54, false},
-    {GgmlType::kTQ2_0, "TQ2_0", 256, 66, false},
-    {GgmlType::kMXFP4, "MXFP4", 32, 17, false},
-    {GgmlType::kNVFP4, "NVFP4", 64, 36, false},
-    {GgmlType::kQ1_0, "Q1_0", 128, 18, false},
-    {GgmlType::kQ2_0, "Q2_0", 64, 18, false},
-};
-
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-float load_f16(const uint8_t* p) { return f16_to_f32(load_u16(p)); }
 
 // C's float -> int8_t conversion where it is defined (truncation toward zero); NaN and
 // out-of-range values, undefined there, saturate here.
@@ -66,133 +18,7 @@ int8_t trunc_to_i8(float v) {
   return static_cast<int8_t>(v);
 }
 
-// Q8_0 block: d (f16) | qs[32] (int8).
-void dequantize_q8_0(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += sizeof(BlockQ8_0), y += 32) {
-    const float d = load_f16(src);
-    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(src[2 + j])) * d;
-  }
-}
-
-// Q4_0 block: d (f16) | qs[16]; low nibbles are elements 0..15, high nibbles 16..31.
-void dequantize_q4_0(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += sizeof(BlockQ4_0), y += 32) {
-    const float d = load_f16(src);
-    const uint8_t* qs = src + 2;
-    for (int j = 0; j < 16; ++j) {
-      y[j] = static_cast<float>((qs[j] & 0xF) - 8) * d;
-      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-    }
-  }
-}
-
-// The 6-bit scale and min of Q4_K sub-block j (0..7) from the 12 packed bytes: bytes 0-3 hold
-// scales 0-3, bytes 4-7 mins 0-3 (low 6 bits each); scales/mins 4-7 keep their low nibbles in
-// bytes 8-11 and their top 2 bits in the spare top bits of bytes 0-3 / 4-7.
-void q4_k_scale_min(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
-  if (j < 4) {
-    *scale = s[j] & 63;
-    *min = s[j + 4] & 63;
-  } else {
-    *scale = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-    *min = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-
-// Q4_K block: d | dmin | scales[12] | qs[128]. Each 64 elements use 32 bytes of qs: low
-// nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
-void dequantize_q4_k(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += sizeof(BlockQ4_K)) {
-    const float d = load_f16(src);
-    const float dmin = load_f16(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* q = src + 16;
-    for (int c = 0; c < 4; ++c, q += 32) {
-      uint8_t sc, m;
-      q4_k_scale_min(2 * c, scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      q4_k_scale_min(2 * c + 1, scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    }
-  }
-}
-
-// Q6_K block: ql[128] | qh[64] | scales[16] (int8) | d. Per half of 128 elements (ql += 64,
-// qh += 32, scales += 8), element 32*g + l takes its low nibble from ql[l + 32*(g&1)] (low
-// nibble for g < 2, high for g >= 2) and bits 2g..2g+1 of qh[l] as its top two bits.
-void dequantize_q6_k(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += sizeof(BlockQ6_K)) {
-    const uint8_t* ql = src;
-    const uint8_t* qh = src + 128;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
-    const float d = load_f16(src + 208);
-    for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * sc[is] * static_cast<float>(q1);
-        y[l + 32] = d * sc[is + 2] * static_cast<float>(q2);
-        y[l + 64] = d * sc[is + 4] * static_cast<float>(q3);
-        y[l + 96] = d * sc[is + 6] * static_cast<float>(q4);
-      }
-    }
-  }
-}
-
 }  // namespace
-
-const GgmlTypeInfo* ggml_type_info(uint32_t id) {
-  for (const GgmlTypeInfo& t : kTypes)
-    if (static_cast<uint32_t>(t.type) == id) return &t;
-  return nullptr;
-}
-
-const GgmlTypeInfo& ggml_type_info(GgmlType type) {
-  const GgmlTypeInfo* t = ggml_type_info(static_cast<uint32_t>(type));
-  HEARTH_CHECK_MSG(t != nullptr, "GgmlType " + std::to_string(static_cast<uint32_t>(type)));
-  return *t;
-}
-
-uint64_t row_bytes(GgmlType type, int64_t n) {
-  const GgmlTypeInfo& t = ggml_type_info(type);
-  if (n < 0) throw InputError(std::string(t.name) + " row of " + std::to_string(n) + " elements");
-  if (n % t.block_size != 0) {
-    throw InputError(std::string(t.name) + " row of " + std::to_string(n) +
-                     " elements is not a multiple of the block size " + std::to_string(t.block_size));
-  }
-  const uint64_t blocks = static_cast<uint64_t>(n / t.block_size);
-  if (blocks > std::numeric_limits<uint64_t>::max() / t.block_bytes)
-    throw InputError(std::string(t.name) + " row of " + std::to_string(n) + " elements: byte size overflows");
-  return blocks * t.block_bytes;
-}
-
-void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
-  const GgmlTypeInfo& t = ggml_type_info(type);
-  row_bytes(type, n);  // validates n
-  const auto* p = static_cast<const uint8_t*>(src);
-  const int64_t n_blocks = n / t.block_size;
-  switch (type) {
-    case GgmlType::kF32: std::memcpy(dst, p, static_cast<size_t>(n) * 4); return;
-    case GgmlType::kF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = load_f16(p + 2 * i);
-      return;
-    case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(p + 2 * i));
-      return;
-    case GgmlType::kQ8_0: dequantize_q8_0(p, dst, n_blocks); return;
-    case GgmlType::kQ4_0: dequantize_q4_0(p, dst, n_blocks); return;
-    case GgmlType::kQ4_K: dequantize_q4_k(p, dst, n_blocks); return;
-    case GgmlType::kQ6_K: dequantize_q6_k(p, dst, n_blocks); return;
-    default: break;
-  }
-  throw Unsupported(std::string("ggml type ") + t.name + " cannot be dequantized (supported: F32, F16, BF16, Q8_0, " +
-                    "Q4_0, Q4_K, Q6_K)");
-}
 
 // d = amax / 127, q = round(x / d) (half away from zero), as quantize_row_q8_0_ref.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n) {

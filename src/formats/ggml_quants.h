@@ -1,112 +1,14 @@
-// ggml tensor types as GGUF stores them: the type ids, their block geometry, and scalar
-// reference (de)quantizers for the block formats Hearth reads (Q8_0, Q4_0, Q4_K, Q6_K).
-// Layouts and rounding follow ggml's ggml-common.h / ggml-quants.c (the `_ref` quantizers);
-// docs/gguf.md draws each block.
+// ggml tensor types as GGUF stores them. The type ids, block geometry, block layouts and the
+// scalar row decoders live in core/ggml_blocks.h (the kernels decode them too); this adds the
+// reference quantizers. Layouts and rounding follow ggml's ggml-common.h / ggml-quants.c (the
+// `_ref` quantizers); docs/gguf.md draws each block.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <string>
-#include <string_view>
+
+#include "core/ggml_blocks.h"
 
 namespace hearth {
-
-// ggml_type ids (GGUF's tensor type field). Gaps are ids ggml removed.
-enum class GgmlType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ8_1 = 9,
-  kQ2_K = 10,
-  kQ3_K = 11,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kQ8_K = 15,
-  kIQ2_XXS = 16,
-  kIQ2_XS = 17,
-  kIQ3_XXS = 18,
-  kIQ1_S = 19,
-  kIQ4_NL = 20,
-  kIQ3_S = 21,
-  kIQ2_S = 22,
-  kIQ4_XS = 23,
-  kI8 = 24,
-  kI16 = 25,
-  kI32 = 26,
-  kI64 = 27,
-  kF64 = 28,
-  kIQ1_M = 29,
-  kBF16 = 30,
-  kTQ1_0 = 34,
-  kTQ2_0 = 35,
-  kMXFP4 = 39,
-  kNVFP4 = 40,
-  kQ1_0 = 41,
-  kQ2_0 = 42,
-};
-
-// Geometry of one ggml type: `block_size` elements are stored in `block_bytes` bytes.
-struct GgmlTypeInfo {
-  GgmlType type;
-  const char* name;  // ggml's enum spelling: "Q4_K", "BF16", ...
-  int64_t block_size;
-  uint64_t block_bytes;
-  bool supported;  // dequantize_row implements it
-};
-
-// nullptr for an id ggml does not define (or has removed).
-const GgmlTypeInfo* ggml_type_info(uint32_t id);
-const GgmlTypeInfo& ggml_type_info(GgmlType type);
-inline std::string_view ggml_type_name(GgmlType type) { return ggml_type_info(type).name; }
-inline bool ggml_type_supported(GgmlType type) { return ggml_type_info(type).supported; }
-
-// Bytes of a row of n elements. InputError when n is negative or not a multiple of the
-// type's block size, or the size overflows.
-uint64_t row_bytes(GgmlType type, int64_t n);
-
-// Block layouts. `d`/`dmin` are IEEE half floats (bits); all fields are little-endian.
-// Q8_0: x[i] = d * qs[i].
-struct BlockQ8_0 {
-  static constexpr int kSize = 32;
-  uint16_t d;
-  int8_t qs[kSize];
-};
-// Q4_0: element j < 16 is the low nibble of qs[j], element j + 16 its high nibble;
-// x = d * (nibble - 8).
-struct BlockQ4_0 {
-  static constexpr int kSize = 32;
-  uint16_t d;
-  uint8_t qs[kSize / 2];
-};
-// Q4_K: 256 elements in 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed
-// into `scales`; x = d * scale[s] * nibble - dmin * min[s].
-struct BlockQ4_K {
-  static constexpr int kSize = 256;
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qs[kSize / 2];
-};
-// Q6_K: 256 elements in 16 sub-blocks of 16 with int8 scales; 6-bit quants split into
-// low nibbles (ql) and 2-bit highs (qh); x = d * scales[s] * (q - 32).
-struct BlockQ6_K {
-  static constexpr int kSize = 256;
-  uint8_t ql[kSize / 2];
-  uint8_t qh[kSize / 4];
-  int8_t scales[kSize / 16];
-  uint16_t d;
-};
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block sizes");
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml block sizes");
-
-// src: row_bytes(type, n) bytes (any alignment) -> dst: n floats. Scalar reference for
-// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; InputError for other types or a bad n.
-void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 
 // ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref, bit for bit on finite input
 // (n a multiple of 32). Non-finite input gives defined (unspecified) codes, where ggml's

@@ -67,6 +67,11 @@ void DecoderArgs::qwen_windows(const JsonConfig& c) {
 
 DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, const WeightLoader& w) : args_(args) {
   rope_ = Rope::from_config(config, args.attention.head_dim);
+  // GGUF files carry Llama 3's RoPE scaling as per-frequency divisors (docs/gguf.md).
+  if (w.has("rope_freqs.weight")) {
+    const Tensor divisors = w.vector_f32("rope_freqs.weight", rope_.inv_freq.dim(0));
+    for (int64_t i = 0; i < divisors.dim(0); ++i) rope_.inv_freq.data<float>()[i] /= divisors.data<float>()[i];
+  }
   embed_ = Embedding::load(w, "model.embed_tokens", args.vocab_size, args.hidden);
   for (int64_t i = 0; i < args.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);

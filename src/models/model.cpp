@@ -4,6 +4,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "formats/gguf_model.h"
 
 namespace hearth {
 namespace {
@@ -25,26 +26,42 @@ std::vector<std::string> registered_model_types() {
   return out;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
-  namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw FileError(dir, "not a model directory");
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) throw FileError(dir, "no config.json");
-  const JsonConfig config = JsonConfig::load(config_path);
+// One path for every source: the factory registered for the config's model_type builds the
+// model from the weights.
+std::unique_ptr<Model> build_model(const JsonConfig& config, const WeightSource& weights, const LoadOptions& options,
+                                   QuantConfig quant) {
   const std::string type = config.get_string("model_type");
   auto it = registry().find(type);
   if (it == registry().end()) {
     std::string known;
     for (const auto& [name, f] : registry()) known += (known.empty() ? "" : ", ") + name;
-    throw FileError(config_path, "unknown model_type '" + type + "' (supported: " + known + ")");
+    throw FileError(config.path(), "unknown model_type '" + type + "' (supported: " + known + ")");
   }
-  const WeightStore store = WeightStore::open_dir(dir);
-  const WeightLoader loader(store, options, QuantConfig::from_config(config));
+  const WeightLoader loader(weights, options, std::move(quant));
   std::unique_ptr<Model> model = it->second(config, loader);
   model->info_.model_type = type;
-  model->info_.dir = dir;
-  model->info_.weight_bytes = store.total_bytes();
-  model->info_.generation = load_generation_config(dir);
+  model->info_.weight_bytes = weights.total_bytes();
+  return model;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  namespace fs = std::filesystem;
+  if (is_gguf_path(path)) {
+    // A GGUF file reads as the HF checkpoint it was converted from (formats/gguf_model.h).
+    const GgufCheckpoint gguf = open_gguf_checkpoint(path);
+    std::unique_ptr<Model> model = build_model(gguf.config, *gguf.weights, options, QuantConfig{});
+    model->info_.dir = path;
+    model->info_.generation = gguf.generation;
+    return model;
+  }
+  if (!fs::is_directory(path)) throw FileError(path, "not a model directory or a GGUF file");
+  const std::string config_path = (fs::path(path) / "config.json").string();
+  if (!fs::exists(config_path)) throw FileError(path, "no config.json");
+  const JsonConfig config = JsonConfig::load(config_path);
+  const SafetensorsWeights weights(WeightStore::open_dir(path));
+  std::unique_ptr<Model> model = build_model(config, weights, options, QuantConfig::from_config(config));
+  model->info_.dir = path;
+  model->info_.generation = load_generation_config(path);
   return model;
 }
 

@@ -18,7 +18,7 @@ namespace hearth {
 
 struct ModelInfo {
   std::string model_type;
-  std::string dir;
+  std::string dir;  // the model directory or GGUF file
   int64_t vocab_size = 0;
   int64_t hidden = 0;
   int64_t n_layers = 0;
@@ -30,7 +30,7 @@ struct ModelInfo {
 };
 
 class Model;
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
 
 class Model {
  public:
@@ -47,7 +47,9 @@ class Model {
   ModelInfo info_;
 
  private:
-  friend std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
+  friend std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
+  friend std::unique_ptr<Model> build_model(const JsonConfig& config, const WeightSource& weights,
+                                            const LoadOptions& options, QuantConfig quant);
 };
 
 using ModelFactory = std::unique_ptr<Model> (*)(const JsonConfig& config, const WeightLoader& weights);
@@ -58,9 +60,11 @@ struct ModelRegistration {
 };
 std::vector<std::string> registered_model_types();
 
-// Loads DIR (config.json, generation_config.json, safetensors). Throws FileError naming the
-// file for anything malformed, Unsupported for an unknown model_type.
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options);
-inline std::unique_ptr<Model> load_model(const std::string& dir) { return load_model(dir, LoadOptions{}); }
+// Loads PATH: a model directory (config.json, generation_config.json, safetensors) or a GGUF
+// file (llama, qwen2, qwen3 as llama.cpp converts them; formats/gguf_model.h). Both go through
+// the same factory and WeightLoader. Throws FileError naming the file for anything malformed or
+// an unknown model_type / architecture.
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
+inline std::unique_ptr<Model> load_model(const std::string& path) { return load_model(path, LoadOptions{}); }
 
 }  // namespace hearth

@@ -5,28 +5,36 @@
 namespace hearth {
 
 Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols) const {
+  if (const std::optional<GgmlType> type = store_.block_type(name)) {
+    throw FileError(store_.source(), quoted(name) + " is " + std::string(ggml_type_name(*type)) +
+                                         "-quantized; expected a float [" + std::to_string(rows) + ", " +
+                                         std::to_string(cols) + "] matrix");
+  }
   Tensor t = store_.get(name);
   if (t.shape() != Shape({rows, cols})) {
     throw FileError(store_.source(),
-                    "tensor '" + name + "' has shape " + t.shape().str() + ", expected " + Shape({rows, cols}).str());
+                    quoted(name) + " has shape " + t.shape().str() + ", expected " + Shape({rows, cols}).str());
   }
   if (!is_float(t.dtype())) {
-    throw FileError(store_.source(), "tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
-                                         "; expected f32, bf16 or f16");
+    throw FileError(store_.source(),
+                    quoted(name) + " has dtype " + std::string(dtype_name(t.dtype())) + "; expected f32, bf16 or f16");
   }
   if (options_.weight_dtype && *options_.weight_dtype != t.dtype()) return t.to(*options_.weight_dtype);
   return t;
 }
 
 Tensor WeightLoader::vector_f32(const std::string& name, int64_t n) const {
+  if (const std::optional<GgmlType> type = store_.block_type(name)) {
+    throw FileError(store_.source(),
+                    quoted(name) + " is " + std::string(ggml_type_name(*type)) + "-quantized; expected a float vector");
+  }
   Tensor t = store_.get(name);
   if (t.shape() != Shape({n})) {
-    throw FileError(store_.source(),
-                    "tensor '" + name + "' has shape " + t.shape().str() + ", expected " + Shape({n}).str());
+    throw FileError(store_.source(), quoted(name) + " has shape " + t.shape().str() + ", expected " + Shape({n}).str());
   }
   if (!is_float(t.dtype())) {
-    throw FileError(store_.source(), "tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
-                                         "; expected a float type");
+    throw FileError(store_.source(),
+                    quoted(name) + " has dtype " + std::string(dtype_name(t.dtype())) + "; expected a float type");
   }
   return t.to(DType::kF32);
 }
@@ -35,7 +43,28 @@ Tensor WeightLoader::optional_vector_f32(const std::string& name, int64_t n) con
   return store_.has(name) ? vector_f32(name, n) : Tensor();
 }
 
+QuantizedMatrix WeightLoader::ggml_blocks(const std::string& name, GgmlType type, int64_t rows, int64_t cols) const {
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  const Tensor blocks = store_.get(name);
+  if (cols % info.block_size != 0 || blocks.rank() != 2 ||
+      blocks.shape() != Shape({rows, static_cast<int64_t>(row_bytes(type, cols))})) {
+    // The logical shape: a row of b bytes holds b / block_bytes blocks of block_size elements.
+    std::string got = blocks.shape().str();
+    if (blocks.rank() >= 1) {
+      std::vector<int64_t> dims;
+      for (int i = 0; i < blocks.rank(); ++i) dims.push_back(blocks.dim(i));
+      dims.back() = dims.back() / static_cast<int64_t>(info.block_bytes) * info.block_size;
+      got = Shape::from(dims.begin(), dims.end()).str();
+    }
+    throw FileError(store_.source(), quoted(name) + " is " + info.name + " " + got + ", expected [" +
+                                         std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  return ggml_quantized(type, rows, cols, blocks);
+}
+
 QuantizedMatrix WeightLoader::quantized(const std::string& prefix, int64_t rows, int64_t cols) const {
+  if (const std::optional<GgmlType> type = store_.block_type(prefix + ".weight"))
+    return ggml_blocks(prefix + ".weight", *type, rows, cols);
   QuantizedMatrix q;
   if (!store_.has(prefix + ".scales")) return q;
   const std::optional<QuantSpec> spec = quant_.spec_for(prefix);

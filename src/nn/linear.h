@@ -7,7 +7,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "formats/quant_config.h"
-#include "formats/weight_store.h"
+#include "formats/weight_source.h"
 
 namespace hearth {
 
@@ -16,27 +16,32 @@ struct LoadOptions {
   std::optional<DType> weight_dtype;
 };
 
-// Reads tensors from a WeightStore with the shape checks and load-time conversions every
-// layer needs. Errors name the tensor and both shapes.
+// Reads tensors, by Hugging Face name, from a WeightSource (a safetensors directory or a GGUF
+// file: formats/weight_source.h) with the shape checks and load-time conversions every layer
+// needs. Errors name the tensor as the file names it, and both shapes.
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& store, LoadOptions options, QuantConfig quant = {})
+  WeightLoader(const WeightSource& store, LoadOptions options, QuantConfig quant = {})
       : store_(store), options_(options), quant_(std::move(quant)) {}
   // A [rows, cols] float matrix, zero-copy unless a dtype conversion was asked for.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // A [n] vector converted to f32 (norm weights, biases). Optional: undefined when absent.
   Tensor vector_f32(const std::string& name, int64_t n) const;
   Tensor optional_vector_f32(const std::string& name, int64_t n) const;
-  // The MLX affine-quantized [rows, cols] matrix of module `prefix` (PREFIX.weight packed,
-  // PREFIX.scales, PREFIX.biases), or an undefined one when the module is not quantized
-  // (no PREFIX.scales). Shapes and dtypes are checked against the config's spec.
+  // The quantized [rows, cols] matrix of module `prefix`, or an undefined one when the module
+  // is not quantized: ggml blocks when the source stores PREFIX.weight in a block type (GGUF),
+  // else MLX affine when PREFIX.scales exists (PREFIX.weight packed, PREFIX.scales,
+  // PREFIX.biases; shapes and dtypes checked against the config's spec).
   QuantizedMatrix quantized(const std::string& prefix, int64_t rows, int64_t cols) const;
   bool has(const std::string& name) const { return store_.has(name); }
   const QuantConfig& quant() const { return quant_; }
-  const WeightStore& store() const { return store_; }
+  const WeightSource& store() const { return store_; }
 
  private:
-  const WeightStore& store_;
+  std::string quoted(const std::string& name) const { return "tensor '" + store_.stored_name(name) + "'"; }
+  QuantizedMatrix ggml_blocks(const std::string& name, GgmlType type, int64_t rows, int64_t cols) const;
+
+  const WeightSource& store_;
   LoadOptions options_;
   QuantConfig quant_;
 };

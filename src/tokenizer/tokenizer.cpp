@@ -102,6 +102,13 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json_text, const std
   return Tokenizer(std::move(impl));
 }
 
+Tokenizer Tokenizer::from_json(const std::string& tokenizer_json_text, const std::string& origin,
+                               TokenizerConfig config) {
+  Tokenizer tok = from_json(tokenizer_json_text, origin);
+  tok.impl_->config = std::move(config);
+  return tok;
+}
+
 Tokenizer Tokenizer::load(const std::string& model_dir) {
   namespace fs = std::filesystem;
   const fs::path dir(model_dir);

@@ -30,6 +30,8 @@ class Tokenizer {
   static Tokenizer load(const std::string& model_dir);
   // Parses tokenizer.json text; `origin` names it in error messages.
   static Tokenizer from_json(const std::string& tokenizer_json_text, const std::string& origin);
+  // The same with the tokenizer_config.json fields given (e.g. from a GGUF file's metadata).
+  static Tokenizer from_json(const std::string& tokenizer_json_text, const std::string& origin, TokenizerConfig config);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -2,6 +2,7 @@
 // Registers itself for DeviceType::kCpu at static-initialization time.
 #include <cstring>
 
+#include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
 #include "core/backend.h"
@@ -37,14 +38,26 @@ class CpuBackend final : public Backend {
             w.spec.group_size,         w.rows,         w.cols};
   }
 
+  static cpu::GgmlMatrix ggml(const QuantizedMatrix& w) {
+    return {w.packed.data<uint8_t>(), w.ggml_type, w.rows, w.cols, static_cast<size_t>(w.packed.dim(1))};
+  }
+
   void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias,
                         Tensor& y) override {
-    cpu::affine_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), affine(w),
-                       bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+    const float* b = bias.defined() ? bias.data<float>() : nullptr;
+    if (w.is_ggml()) {
+      cpu::ggml_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), ggml(w), b, y.data<float>());
+    } else {
+      cpu::affine_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), affine(w), b, y.data<float>());
+    }
   }
 
   void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) override {
-    cpu::affine_rows(affine(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
+    if (table.is_ggml()) {
+      cpu::ggml_rows(ggml(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
+    } else {
+      cpu::affine_rows(affine(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
+    }
   }
 
   void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) override {

@@ -1,0 +1,150 @@
+// y = x w^T for ggml block-quantized w (GGUF's Q8_0, Q4_0, Q4_K, Q6_K). Decode (few rows of
+// x) is bandwidth bound: each weight row is read once. On AVX-512, Q8_0 and Q4_0 blocks are
+// unpacked in registers: a Q8_0 block is d | 32 int8 codes, a Q4_0 block d | 16 bytes whose low
+// nibbles are elements 0..15 and high nibbles 16..31, so both halves meet contiguous x and
+// w = d * q is formed in registers. The other types dequantize the row into a buffer and take
+// a vector dot. Prefill (many rows of x) dequantizes tiles of rows into f32 and reuses the
+// dense matmul, which is compute bound anyway (as quant_matmul.cpp does for MLX affine).
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "backends/cpu/ggml_kernels.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/simd.h"
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kDecodeRows = 4;  // x rows up to which the decode paths run
+constexpr int64_t kTileRows = 32;   // weight rows dequantized per prefill tile
+
+const uint8_t* row_of(const GgmlMatrix& w, int64_t n) { return w.blocks + static_cast<size_t>(n) * w.row_bytes; }
+
+// The scalar reference: dequantize the row, then a plain dot.
+void rows_scalar(const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  std::vector<float> row(static_cast<size_t>(w.K));
+  for (int64_t n = n0; n < n1; ++n) {
+    dequantize_row(w.type, row_of(w, n), row.data(), w.K);
+    for (int64_t t = 0; t < T; ++t) {
+      float acc = 0;
+      for (int64_t k = 0; k < w.K; ++k) acc += x[t * w.K + k] * row[static_cast<size_t>(k)];
+      y[t * w.N + n] = acc + (bias != nullptr ? bias[n] : 0.0f);
+    }
+  }
+}
+
+// Any type on a vector ISA: dequantize the row once, then a vector dot per x row.
+void rows_dequant_dot(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
+                      int64_t n1) {
+  std::vector<float> row(static_cast<size_t>(w.K));
+  for (int64_t n = n0; n < n1; ++n) {
+    dequantize_row(w.type, row_of(w, n), row.data(), w.K);
+    for (int64_t t = 0; t < T; ++t)
+      y[t * w.N + n] = dot(isa, x + t * w.K, row.data(), DType::kF32, w.K) + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
+HEARTH_AVX512 inline __m512 splat_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm512_set1_ps(_cvtsh_ss(h));
+}
+
+// 16 signed 8-bit codes -> 16 floats.
+HEARTH_AVX512 inline __m512 widen_i8(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+
+// One weight row against kT x rows. The two halves of each block accumulate separately so
+// that consecutive FMAs do not wait on each other.
+template <GgmlType kType, int kT>
+HEARTH_AVX512 void row_avx512(const float* x, int64_t K, const uint8_t* row, float* out) {
+  __m512 acc[kT][2];
+  for (int t = 0; t < kT; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+  for (int64_t k = 0; k < K; k += 32) {
+    __m512 w0, w1;
+    if constexpr (kType == GgmlType::kQ8_0) {
+      const uint8_t* b = row + (k / 32) * sizeof(BlockQ8_0);
+      const __m512 d = splat_f16(b);
+      w0 = _mm512_mul_ps(widen_i8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2))), d);
+      w1 = _mm512_mul_ps(widen_i8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 18))), d);
+    } else {
+      static_assert(kType == GgmlType::kQ4_0);
+      const uint8_t* b = row + (k / 32) * sizeof(BlockQ4_0);
+      const __m512 d = splat_f16(b);
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+      const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, low4), eight);
+      const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low4), eight);
+      w0 = _mm512_mul_ps(widen_i8(lo), d);
+      w1 = _mm512_mul_ps(widen_i8(hi), d);
+    }
+    for (int t = 0; t < kT; ++t) {
+      acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * K + k), acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * K + k + 16), acc[t][1]);
+    }
+  }
+  for (int t = 0; t < kT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
+}
+
+template <GgmlType kType>
+void rows_decode_avx512(const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
+                        int64_t n1) {
+  float out[kDecodeRows];
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = row_of(w, n);
+    switch (T) {
+      case 1: row_avx512<kType, 1>(x, w.K, row, out); break;
+      case 2: row_avx512<kType, 2>(x, w.K, row, out); break;
+      case 3: row_avx512<kType, 3>(x, w.K, row, out); break;
+      default: row_avx512<kType, 4>(x, w.K, row, out); break;
+    }
+    for (int64_t t = 0; t < T; ++t) y[t * w.N + n] = out[t] + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
+// Prefill: dequantize kTileRows weight rows, multiply them with all of x through the dense
+// kernel (single-threaded inside; the caller splits tiles across threads).
+void rows_tiled(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
+                int64_t n1) {
+  std::vector<float> tile(static_cast<size_t>(kTileRows * w.K)), part(static_cast<size_t>(T * kTileRows));
+  for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
+    const int64_t rows = std::min(kTileRows, n1 - t0);
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(w.type, row_of(w, t0 + r), tile.data() + r * w.K, w.K);
+    matmul(isa, nullptr, x, T, w.K, tile.data(), DType::kF32, rows, bias != nullptr ? bias + t0 : nullptr, part.data());
+    for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * w.N + t0, part.data() + t * rows, rows * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
+                 float* y) {
+  std::function<void(int64_t, int64_t)> run;
+  int64_t grain_rows = 16;
+  if (isa == Isa::kScalar) {
+    run = [&](int64_t a, int64_t b) { rows_scalar(x, T, w, bias, y, a, b); };
+  } else if (T > kDecodeRows) {
+    grain_rows = kTileRows;
+    run = [&](int64_t a, int64_t b) { rows_tiled(isa, x, T, w, bias, y, a, b); };
+  } else if (isa == Isa::kAvx512 && w.type == GgmlType::kQ8_0) {
+    run = [&](int64_t a, int64_t b) { rows_decode_avx512<GgmlType::kQ8_0>(x, T, w, bias, y, a, b); };
+  } else if (isa == Isa::kAvx512 && w.type == GgmlType::kQ4_0) {
+    run = [&](int64_t a, int64_t b) { rows_decode_avx512<GgmlType::kQ4_0>(x, T, w, bias, y, a, b); };
+  } else {
+    run = [&](int64_t a, int64_t b) { rows_dequant_dot(isa, x, T, w, bias, y, a, b); };
+  }
+  if (pool == nullptr) {
+    run(0, w.N);
+    return;
+  }
+  // Chunks in units of grain_rows so tiles stay whole.
+  const int64_t units = (w.N + grain_rows - 1) / grain_rows;
+  pool->parallel_for(units, 1, [&](int64_t a, int64_t b) { run(a * grain_rows, std::min(w.N, b * grain_rows)); });
+}
+
+void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
+  for (int64_t i = 0; i < n_ids; ++i) dequantize_row(w.type, row_of(w, ids[i]), out + i * w.K, w.K);
+}
+
+}  // namespace hearth::cpu

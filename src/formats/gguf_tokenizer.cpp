@@ -1,0 +1,174 @@
+#include "formats/gguf_tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/strings.h"
+
+namespace hearth {
+namespace {
+
+// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+// The pre-tokenizers llama.cpp knows by name, as the HF tokenizer.json files they stand for
+// write them. The regexes are those files' (llama.cpp keeps them as comments beside its
+// hand-rewritten versions in llama-vocab.cpp).
+constexpr const char* kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+
+struct PreTokenizer {
+  nlohmann::json pre_tokenizer;
+  nlohmann::json normalizer;  // null when none
+  bool ignore_merges = false;
+  bool add_bos = false;  // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+};
+
+nlohmann::json split_then_bytes(const char* regex, bool trim_offsets) {
+  return {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", trim_offsets}, {"use_regex", false}}}}};
+}
+
+PreTokenizer pre_tokenizer_for(const GgufFile& file, const std::string& pre) {
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+    return {split_then_bytes(kLlama3Regex, true), nullptr, true, true};
+  }
+  if (pre == "qwen2") return {split_then_bytes(kQwen2Regex, false), {{"type", "NFC"}}, false, false};
+  if (pre == "gpt2") {
+    return {{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}},
+            nullptr,
+            false,
+            false};
+  }
+  throw Unsupported(file.path() + ": tokenizer.ggml.pre '" + printable(pre) +
+                    "' is not supported (llama-bpe, llama3, llama-v3, qwen2, gpt2 are)");
+}
+
+// The token of metadata key `key` (an id), or "" when the key is absent.
+std::string token_at(const GgufFile& file, const std::vector<std::string>& tokens, const std::string& key) {
+  const GgufMetadata& m = file.metadata();
+  if (!m.contains(key)) return "";
+  const int64_t id = m.get_int(key);
+  if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
+    throw FileError(file.path(), "metadata key '" + key + "': token id " + std::to_string(id) +
+                                     " outside the vocabulary of " + std::to_string(tokens.size()));
+  }
+  return tokens[static_cast<size_t>(id)];
+}
+
+// TemplateProcessing with BOS and/or EOS around the sequence (HF's layout for Llama 3).
+nlohmann::json affix_template(const GgufFile& file, const std::vector<std::string>& tokens, bool bos, bool eos) {
+  nlohmann::json single = nlohmann::json::array(), pair = nlohmann::json::array(), specials = nlohmann::json::object();
+  auto special = [&](const char* key, int type_id, nlohmann::json& out) {
+    const GgufMetadata& m = file.metadata();
+    if (!m.contains(key)) throw FileError(file.path(), std::string("asks to add a token but has no '") + key + "'");
+    const std::string content = token_at(file, tokens, key);
+    out.push_back({{"SpecialToken", {{"id", content}, {"type_id", type_id}}}});
+    specials[content] = {{"id", content}, {"ids", {m.get_int(key)}}, {"tokens", {content}}};
+  };
+  for (int seq = 0; seq < 2; ++seq) {
+    nlohmann::json& out = seq == 0 ? single : pair;
+    for (int part = 0; part < (seq == 0 ? 1 : 2); ++part) {
+      if (bos) special("tokenizer.ggml.bos_token_id", part, out);
+      out.push_back({{"Sequence", {{"id", part == 0 ? "A" : "B"}, {"type_id", part}}}});
+      if (eos) special("tokenizer.ggml.eos_token_id", part, out);
+    }
+  }
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
+
+}  // namespace
+
+GgufTokenizer gguf_tokenizer(const GgufFile& file) {
+  const GgufMetadata& m = file.metadata();
+  const std::string model = m.get_string("tokenizer.ggml.model");
+  if (model == "llama") {
+    throw Unsupported(file.path() + ": tokenizer.ggml.model 'llama' (a SentencePiece vocabulary) is not supported " +
+                      "yet; byte-level BPE ('gpt2') is");
+  }
+  if (model != "gpt2") {
+    throw Unsupported(file.path() + ": tokenizer.ggml.model '" + printable(model) +
+                      "' is not supported (byte-level BPE 'gpt2' is)");
+  }
+  const PreTokenizer pre = pre_tokenizer_for(file, m.get_string_or("tokenizer.ggml.pre", "gpt2"));
+  const std::vector<std::string> tokens = m.get_string_array("tokenizer.ggml.tokens");
+  std::vector<int64_t> types = m.contains("tokenizer.ggml.token_type") ? m.get_int_array("tokenizer.ggml.token_type")
+                                                                       : std::vector<int64_t>(tokens.size(), kNormal);
+  if (types.size() != tokens.size()) {
+    throw FileError(file.path(), "tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+                                     std::to_string(tokens.size()) + " tokens");
+  }
+  nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    switch (types[i]) {
+      case kNormal:
+      case kUnknown:
+      case kByte: vocab[tokens[i]] = i; break;
+      case kControl:
+      case kUserDefined:
+        added.push_back({{"id", i},
+                         {"content", tokens[i]},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", types[i] == kControl}});
+        break;
+      case kUnused: break;  // the converter's [PADi] fillers: not part of the HF vocabulary
+      default:
+        throw FileError(file.path(), "tokenizer.ggml.token_type[" + std::to_string(i) + "] is " +
+                                         std::to_string(types[i]) + ", not a llama.cpp token type (1-6)");
+    }
+  }
+  GgufTokenizer out;
+  out.bos_token = token_at(file, tokens, "tokenizer.ggml.bos_token_id");
+  out.eos_token = token_at(file, tokens, "tokenizer.ggml.eos_token_id");
+  out.pad_token = token_at(file, tokens, "tokenizer.ggml.padding_token_id");
+  out.unk_token = token_at(file, tokens, "tokenizer.ggml.unknown_token_id");
+  if (m.contains("tokenizer.ggml.add_bos_token")) out.add_bos_token = m.get_bool("tokenizer.ggml.add_bos_token");
+  if (m.contains("tokenizer.ggml.add_eos_token")) out.add_eos_token = m.get_bool("tokenizer.ggml.add_eos_token");
+  const bool add_bos = out.add_bos_token.value_or(pre.add_bos), add_eos = out.add_eos_token.value_or(false);
+  out.chat_template = m.get_string_or("tokenizer.chat_template", "");
+  const std::string named = "tokenizer.chat_template.";
+  for (const auto& [key, value] : m.entries()) {
+    if (key.size() > named.size() && key.compare(0, named.size(), named) == 0)
+      out.named_templates.emplace_back(key.substr(named.size()), m.get_string(key));
+  }
+
+  nlohmann::json t;
+  t["version"] = "1.0";
+  t["truncation"] = nullptr;
+  t["padding"] = nullptr;
+  t["added_tokens"] = std::move(added);
+  t["normalizer"] = pre.normalizer;
+  t["pre_tokenizer"] = pre.pre_tokenizer;
+  t["post_processor"] = add_bos || add_eos ? affix_template(file, tokens, add_bos, add_eos) : nlohmann::json(nullptr);
+  t["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  t["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", out.unk_token.empty() ? nlohmann::json(nullptr) : nlohmann::json(out.unk_token)},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", pre.ignore_merges},
+                {"vocab", std::move(vocab)},
+                {"merges", m.contains("tokenizer.ggml.merges") ? m.get_string_array("tokenizer.ggml.merges")
+                                                               : std::vector<std::string>()}};
+  try {
+    out.tokenizer_json = t.dump();
+  } catch (const nlohmann::json::exception&) {  // a token or merge that is not UTF-8
+    throw FileError(file.path(), "the tokenizer metadata holds strings that are not valid UTF-8");
+  }
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,247 @@
+// ggml block-quantized matrices (GGUF's Q8_0, Q4_0, Q4_K, Q6_K): every CPU path of the matmul
+// against the scalar reference over random shapes, the ops checks, and the kernels' decoding
+// against the GGUF reader's (formats/) over a written file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backends/cpu/ggml_kernels.h"
+#include "core/ops.h"
+#include "core/quant.h"
+#include "formats/ggml_quants.h"
+#include "formats/gguf.h"
+#include "formats/gguf_writer.h"
+#include "test_util.h"
+
+namespace hearth {
+namespace {
+
+using cpu::Isa;
+
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+
+std::vector<float> random_floats(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// N rows of K elements of `type`: Q8_0/Q4_0 quantized from random weights with the reference
+// quantizers; Q4_K/Q6_K random bytes with small finite f16 scales (every bit pattern of the
+// codes and sub-block scales is a valid block).
+std::vector<uint8_t> random_blocks(GgmlType type, int64_t N, int64_t K, std::mt19937_64& rng) {
+  const size_t rb = row_bytes(type, K);
+  std::vector<uint8_t> out(rb * static_cast<size_t>(N));
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) {
+    const std::vector<float> w = random_floats(static_cast<size_t>(N * K), rng, 0.05f);
+    for (int64_t n = 0; n < N; ++n) {
+      if (type == GgmlType::kQ8_0) {
+        quantize_row_q8_0(w.data() + n * K, reinterpret_cast<BlockQ8_0*>(out.data() + n * rb), K);
+      } else {
+        quantize_row_q4_0(w.data() + n * K, reinterpret_cast<BlockQ4_0*>(out.data() + n * rb), K);
+      }
+    }
+    return out;
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(1e-4f, 2e-3f);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(byte(rng));
+  const size_t block_bytes = ggml_type_info(type).block_bytes;
+  for (size_t b = 0; b < out.size(); b += block_bytes) {
+    const uint16_t d = f32_to_f16(scale(rng)), dmin = f32_to_f16(scale(rng));
+    if (type == GgmlType::kQ4_K) {
+      std::memcpy(&out[b], &d, 2);
+      std::memcpy(&out[b + 2], &dmin, 2);
+    } else {
+      std::memcpy(&out[b + 208], &d, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<Isa> all_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
+    if (cpu::isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
+// Every ISA, decode (T <= 4) and prefill (tiles), with and without threads and bias, against
+// the scalar reference; the reference against a double-precision dot of the decoded rows.
+TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
+  std::mt19937_64 rng(42);
+  ThreadPool pool(3);
+  for (GgmlType type : kTypes) {
+    const int64_t block = ggml_type_info(type).block_size;
+    for (int round = 0; round < 6; ++round) {
+      const int64_t N = std::uniform_int_distribution<int64_t>(1, 80)(rng);
+      const int64_t K = block * std::uniform_int_distribution<int64_t>(1, block == 32 ? 24 : 4)(rng);
+      const std::vector<uint8_t> blocks = random_blocks(type, N, K, rng);
+      const cpu::GgmlMatrix m{blocks.data(), type, N, K, row_bytes(type, K)};
+      std::vector<float> dense(static_cast<size_t>(N * K));
+      for (int64_t n = 0; n < N; ++n) dequantize_row(type, blocks.data() + n * m.row_bytes, &dense[n * K], K);
+      const std::vector<float> bias = random_floats(static_cast<size_t>(N), rng);
+      for (int64_t T : {1, 2, 3, 4, 5, 17}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(T * K), rng);
+        const float* b = round % 2 == 0 ? bias.data() : nullptr;
+        std::vector<float> ref(static_cast<size_t>(T * N)), got(ref.size()), scale(ref.size());
+        cpu::ggml_matmul(Isa::kScalar, nullptr, x.data(), T, m, b, ref.data());
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < N; ++n) {
+            double acc = b != nullptr ? b[n] : 0.0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              acc += double(x[t * K + k]) * dense[n * K + k];
+              mag += std::abs(double(x[t * K + k]) * dense[n * K + k]);
+            }
+            const size_t i = static_cast<size_t>(t * N + n);
+            scale[i] = static_cast<float>(mag) + std::abs(ref[i]);
+            ASSERT_NEAR(ref[i], acc, 1e-5 * scale[i] + 1e-6) << ggml_type_name(type) << " T=" << T;
+          }
+        }
+        for (Isa isa : all_isas()) {
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::fill(got.begin(), got.end(), NAN);
+            cpu::ggml_matmul(isa, p, x.data(), T, m, b, got.data());
+            float worst = 0;
+            size_t where = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+              const float err = std::abs(got[i] - ref[i]) / (1e-5f * scale[i] + 1e-6f);
+              if (!(err <= worst)) worst = err, where = i;
+            }
+            EXPECT_LE(worst, 1.0f) << ggml_type_name(type) << " " << cpu::isa_name(isa) << " N=" << N << " K=" << K
+                                   << " T=" << T << " threads=" << (p != nullptr) << ": worst element " << where
+                                   << " got " << got[where] << " want " << ref[where];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Through ops: the ggml format dispatches to the ggml kernels; embeddings decode rows exactly.
+TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
+  std::mt19937_64 rng(7);
+  ThreadPool pool(2);
+  Context ctx{&pool, kCpu};
+  for (GgmlType type : kTypes) {
+    const int64_t N = 40, K = 2 * ggml_type_info(type).block_size, T = 6;
+    std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+    Tensor blocks = Tensor::empty({N, static_cast<int64_t>(row_bytes(type, K))}, DType::kU8);
+    std::memcpy(blocks.raw(), bytes.data(), bytes.size());
+    const QuantizedMatrix q = ggml_quantized(type, N, K, blocks);
+    const Tensor dense = dequantize(q);
+    const std::vector<float> xv = random_floats(static_cast<size_t>(T * K), rng);
+    const Tensor x = Tensor::from_f32({T, K}, xv.data());
+    for (int64_t rows : {int64_t{1}, T}) {
+      const Tensor xs = x.slice_rows(0, rows);
+      Tensor want = Tensor::empty({rows, N}, DType::kF32), got = Tensor::empty({rows, N}, DType::kF32);
+      ops::matmul(ctx, xs, dense, Tensor(), want);
+      ops::quantized_matmul(ctx, xs, q, Tensor(), got);
+      EXPECT_LE(testing::max_abs_diff(got, want), 1e-4f * (1.0f + testing::max_abs(want))) << ggml_type_name(type);
+    }
+    const int32_t ids_v[] = {3, 0, 39, 3};
+    const Tensor ids = Tensor::from_i32({4}, ids_v);
+    Tensor rows = Tensor::empty({4, K}, DType::kF32);
+    ops::quantized_embedding(ctx, q, ids, rows);
+    for (int i = 0; i < 4; ++i) {
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_EQ(rows.data<float>()[i * K + k], dense.data<float>()[ids_v[i] * K + k]) << ggml_type_name(type);
+    }
+  }
+}
+
+TEST(GgmlMatmul, ChecksNameTheProblem) {
+  ThreadPool pool(1);
+  Context ctx{&pool, kCpu};
+  auto expect_error = [](auto&& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected '" << needle << "'";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([] { ggml_quantized(GgmlType::kQ5_K, 2, 256, Tensor::zeros({2, 176}, DType::kU8)); }, "Q5_K");
+  expect_error([] { ggml_quantized(GgmlType::kQ8_0, 2, 64, Tensor::zeros({2, 64}, DType::kU8)); }, "u8[2, 68]");
+  expect_error([] { ggml_quantized(GgmlType::kQ4_K, 2, 64, Tensor::zeros({2, 36}, DType::kU8)); }, "block size");
+  const QuantizedMatrix q = ggml_quantized(GgmlType::kQ8_0, 2, 64, Tensor::zeros({2, 68}, DType::kU8));
+  Tensor y = Tensor::empty({1, 2}, DType::kF32);
+  expect_error(
+      [&] {
+        ops::quantized_matmul(ctx, Tensor::zeros({1, 32}, DType::kF32), q, Tensor(), y);
+      },
+      "expected x [T, 64]");
+  QuantizedMatrix bad = q;
+  bad.cols = 96;
+  expect_error(
+      [&] {
+        ops::quantized_matmul(ctx, Tensor::zeros({1, 96}, DType::kF32), bad, Tensor(), y);
+      },
+      "expected Q8_0 [2, 96] blocks u8[2, 102]");
+  const int32_t id = 2;
+  Tensor out = Tensor::empty({1, 64}, DType::kF32);
+  expect_error([&] { ops::quantized_embedding(ctx, q, Tensor::from_i32({1}, &id), out); }, "outside vocabulary");
+}
+
+// The kernels read GGUF tensors in place: a zero-copy view of each block type, decoded by the
+// embedding kernel, equals the GGUF reader's own dequantization, and Q8_0 / Q4_0 rows made by
+// the reference quantizers come back within the quantizers' error bound.
+TEST(GgmlMatmul, DecodesGgufTensorsAsTheReaderDoes) {
+  std::mt19937_64 rng(3);
+  testing::TempDir tmp;
+  const std::string path = tmp.file("blocks.gguf");
+  const int64_t N = 5;
+  std::vector<std::vector<uint8_t>> data;
+  {
+    GgufWriter w(path);
+    for (GgmlType type : kTypes) {
+      const int64_t K = 2 * ggml_type_info(type).block_size;
+      data.push_back(random_blocks(type, N, K, rng));
+      w.add_tensor(std::string(ggml_type_name(type)), type, Shape({N, K}));
+    }
+    for (size_t i = 0; i < data.size(); ++i)
+      w.write_tensor_data(std::string(ggml_type_name(kTypes[i])), data[i].data(), data[i].size());
+    w.finish();
+  }
+  auto file = GgufFile::open(path);
+  ThreadPool pool(1);
+  Context ctx{&pool, kCpu};
+  std::vector<int32_t> all(N);
+  for (int32_t i = 0; i < N; ++i) all[static_cast<size_t>(i)] = i;
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const int64_t K = t.shape().dim(1);
+    const QuantizedMatrix q = ggml_quantized(t.type, N, K, file->view(t));
+    EXPECT_TRUE(q.packed.is_view_of_external()) << "zero-copy";
+    Tensor rows = Tensor::empty({N, K}, DType::kF32);
+    ops::quantized_embedding(ctx, q, Tensor::from_i32({N}, all.data()), rows);
+    EXPECT_EQ(testing::max_abs_diff(rows, file->dequantize(t)), 0.0f) << t.name;
+  }
+  const int64_t K = 256;
+  const std::vector<float> w = random_floats(static_cast<size_t>(K), rng);
+  std::vector<BlockQ8_0> q8(K / 32);
+  std::vector<BlockQ4_0> q4(K / 32);
+  quantize_row_q8_0(w.data(), q8.data(), K);
+  quantize_row_q4_0(w.data(), q4.data(), K);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const void* src = type == GgmlType::kQ8_0 ? static_cast<const void*>(q8.data()) : q4.data();
+    Tensor blocks = Tensor::empty({1, static_cast<int64_t>(row_bytes(type, K))}, DType::kU8);
+    std::memcpy(blocks.raw(), src, blocks.nbytes());
+    Tensor row = Tensor::empty({1, K}, DType::kF32);
+    const int32_t zero = 0;
+    ops::quantized_embedding(ctx, ggml_quantized(type, 1, K, blocks), Tensor::from_i32({1}, &zero), row);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      float amax = 0;
+      for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(w[b * 32 + j]));
+      // Half a step (Q4_0: a full step at the clamped end) plus the f16 rounding of d.
+      const float step = type == GgmlType::kQ8_0 ? amax / 127 : amax / 8;
+      const float bound = (type == GgmlType::kQ8_0 ? 0.5f : 1.0f) * step + 128 * step * 1e-3f;
+      for (int64_t j = 0; j < 32; ++j)
+        ASSERT_LE(std::abs(row.data<float>()[b * 32 + j] - w[b * 32 + j]), bound) << ggml_type_name(type);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth
