@@ -33,46 +33,17 @@ using json = nlohmann::ordered_json;
 
 constexpr uint64_t kPromptSeed = 0x4845415254480001;  // fixed: every run sees the same prompt
 
-// What the forward reads per decoded token, from the weight files and the load options.
+// What the forward reads per decoded token, as the model was loaded (after --dtype; quantized
+// matrices with their scales): see ModelInfo::decode_weight_bytes.
 struct WeightFootprint {
   uint64_t params = 0;
-  uint64_t bytes_per_token = 0;  // every matrix incl. the LM head, one embedding row, f32 norms/biases
-  std::string stored_dtype;      // of most matrix bytes in the files
-  std::string dtype;             // as the forward reads the matrices (after --dtype)
+  uint64_t bytes_per_token = 0;
+  std::string stored_dtype;  // the format of most matrix bytes
+  std::string dtype;         // as the forward reads the matrices (the same, once loaded)
 };
 
-WeightFootprint weight_footprint(const std::string& dir, std::optional<DType> convert_to) {
-  const WeightStore store = WeightStore::open_dir(dir);
-  const bool tied = JsonConfig::load(dir + "/config.json").get_bool("tie_word_embeddings", false);
-  auto read_size = [&](DType t) { return dtype_size(convert_to.value_or(t)); };
-  WeightFootprint f;
-  std::map<DType, uint64_t> matrix_bytes;
-  for (const std::string& name : store.names()) {
-    if (name.find("rotary_emb") != std::string::npos) continue;  // buffers some checkpoints carry
-    if (tied && name == "lm_head.weight") continue;              // the embedding is the head
-    const Tensor t = store.get(name);
-    f.params += static_cast<uint64_t>(t.numel());
-    if (t.rank() != 2) {
-      f.bytes_per_token += static_cast<uint64_t>(t.numel()) * sizeof(float);  // converted to f32 at load
-      continue;
-    }
-    matrix_bytes[t.dtype()] += t.nbytes();
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * read_size(t.dtype());
-    if (name == "model.embed_tokens.weight") {
-      f.bytes_per_token += static_cast<uint64_t>(t.dim(1)) * read_size(t.dtype());  // one row
-      if (tied) f.bytes_per_token += bytes;                                         // the LM head
-    } else {
-      f.bytes_per_token += bytes;
-    }
-  }
-  DType stored = DType::kF32;
-  uint64_t most = 0;
-  for (const auto& [t, n] : matrix_bytes) {
-    if (n > most) most = n, stored = t;
-  }
-  f.stored_dtype = dtype_name(stored);
-  f.dtype = dtype_name(convert_to.value_or(stored));
-  return f;
+WeightFootprint weight_footprint(const ModelInfo& info) {
+  return WeightFootprint{info.params, info.decode_weight_bytes, info.weight_format, info.weight_format};
 }
 
 std::string cpu_model_name() {
@@ -226,7 +197,7 @@ int run_bench(const std::vector<std::string>& args) {
   const ModelInfo& info = model->info();
   std::fprintf(stderr, "bench: loaded %s in %.3f s; %lld threads\n", mf.model.c_str(), load_seconds,
                static_cast<long long>(pool->size()));
-  const WeightFootprint weights = weight_footprint(mf.model, load_options.weight_dtype);
+  const WeightFootprint weights = weight_footprint(info);
 
   EngineOptions eo;
   eo.kv_tokens = prompt_tokens + gen_tokens;

@@ -1,5 +1,7 @@
 #include "models/dense_decoder.h"
 
+#include <map>
+
 #include "base/error.h"
 #include "core/ops.h"
 
@@ -84,12 +86,58 @@ DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, co
   }
   final_norm_ = RmsNorm::load(w, "model.norm.weight", args.hidden, args.norm_eps);
   lm_head_ = args.tie_embeddings ? embed_.as_linear() : Linear::load(w, "lm_head", args.hidden, args.vocab_size);
+  account_weights();
   info_.vocab_size = args.vocab_size;
   info_.hidden = args.hidden;
   info_.n_layers = args.n_layers;
   info_.n_kv_heads = args.attention.n_kv_heads;
   info_.head_dim = args.attention.head_dim;
   info_.max_context = args.max_context;
+}
+
+void DenseDecoder::account_weights() {
+  std::map<std::string, uint64_t> by_format;
+  auto tensor_bytes = [](const Tensor& t) -> uint64_t { return t.defined() ? t.nbytes() : 0; };
+  auto matrix = [&](const Linear& l) {
+    const bool q = l.qweight.defined();
+    const uint64_t bytes =
+        q ? tensor_bytes(l.qweight.packed) + tensor_bytes(l.qweight.scales) + tensor_bytes(l.qweight.biases)
+          : tensor_bytes(l.weight);
+    std::string format = q ? l.qweight.str() : std::string(dtype_name(l.weight.dtype()));
+    if (q) format = format.substr(0, format.find(" ["));  // without the shape
+    by_format[format] += bytes;
+    info_.decode_weight_bytes += bytes + tensor_bytes(l.bias);
+    info_.params += static_cast<uint64_t>(q ? l.qweight.rows * l.qweight.cols : l.weight.numel());
+  };
+  auto norm = [&](const RmsNorm& n) {
+    info_.decode_weight_bytes += tensor_bytes(n.weight);
+    if (n.weight.defined()) info_.params += static_cast<uint64_t>(n.weight.numel());
+  };
+  for (const Layer& l : layers_) {
+    norm(l.input_norm);
+    norm(l.post_norm);
+    for (const Linear* m :
+         {&l.attention.q, &l.attention.k, &l.attention.v, &l.attention.o, &l.mlp.gate, &l.mlp.up, &l.mlp.down}) {
+      matrix(*m);
+    }
+    norm(l.attention.q_norm);
+    norm(l.attention.k_norm);
+  }
+  norm(final_norm_);
+  matrix(lm_head_);
+  // The embedding: one row per token; as a tied head it was counted whole above.
+  const Linear embed = embed_.as_linear();
+  const uint64_t embed_bytes = embed.qweight.defined() ? embed.qweight.nbytes() : tensor_bytes(embed.weight);
+  const int64_t rows = embed.qweight.defined() ? embed.qweight.rows : embed.weight.dim(0);
+  info_.decode_weight_bytes += embed_bytes / static_cast<uint64_t>(std::max<int64_t>(rows, 1));
+  if (!args_.tie_embeddings) info_.params += static_cast<uint64_t>(rows) * static_cast<uint64_t>(args_.hidden);
+  uint64_t most = 0;
+  for (const auto& [format, bytes] : by_format) {
+    if (bytes > most) {
+      most = bytes;
+      info_.weight_format = format;
+    }
+  }
 }
 
 Tensor DenseDecoder::forward(Context& ctx, const Batch& batch, KvCache& kv) const {

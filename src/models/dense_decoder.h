@@ -54,6 +54,7 @@ class DenseDecoder : public Model {
   Rope rope_;
   Embedding embed_;  // [vocab, hidden], float or quantized
   std::vector<Layer> layers_;
+  void account_weights();  // fills info_'s decode_weight_bytes, params and weight_format
   RmsNorm final_norm_;
   Linear lm_head_;
 };

@@ -24,8 +24,13 @@ struct ModelInfo {
   int64_t n_layers = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t max_context = 0;      // max_position_embeddings
-  uint64_t weight_bytes = 0;    // bytes of all weights as stored
+  int64_t max_context = 0;    // max_position_embeddings
+  uint64_t weight_bytes = 0;  // bytes of all weights as stored
+  // What one decoded token reads, as loaded: every matrix (quantized ones with their scales)
+  // incl. the LM head, one embedding row, the f32 norms and biases. For the roofline.
+  uint64_t decode_weight_bytes = 0;
+  uint64_t params = 0;          // logical parameters (a quantized [N, K] matrix counts N*K)
+  std::string weight_format;    // of most matrix bytes: "bf16", "affine 4-bit/64", "Q4_0", ...
   GenerationConfig generation;  // sampling defaults and eos ids
 };
 

@@ -206,6 +206,14 @@ TEST(GgufCli, VerbsTakeAGgufFile) {
   EXPECT_EQ(testing::max_abs_diff(testing::read_tensor(tmp.file("a.st"), "logits"),
                                   testing::read_tensor(tmp.file("b.st"), "logits")),
             0.0f);
+  {
+    // bench reads the footprint from the loaded model: the same params and bytes per token.
+    const std::string flags = "--prompt-tokens 8 --gen-tokens 4 --reps 1 --json --no-record --bandwidth-mib 64";
+    const auto [a, b] = same("bench", flags, "");
+    const auto ja = nlohmann::json::parse(a), jb = nlohmann::json::parse(b);
+    EXPECT_EQ(ja["model"]["params"], jb["model"]["params"]);
+    EXPECT_EQ(ja["roofline"]["weight_bytes_per_token"], jb["roofline"]["weight_bytes_per_token"]);
+  }
   int status = 0;
   std::string err;
   testing::run_hearth("generate " + tmp.file("absent.gguf") + " --prompt-tokens 1", &status, &err);
