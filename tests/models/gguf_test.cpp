@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "gguf_fixture.h"
+#include "model_runs.h"
 #include "models/dense_decoder.h"
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -15,26 +16,8 @@
 namespace hearth {
 namespace {
 
-Tensor prefill_logits(const Model& m, const std::vector<int32_t>& tokens) {
-  ThreadPool pool(2);
-  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128});
-  Sequence s;
-  s.tokens = tokens;
-  return engine.step({{&s, static_cast<int64_t>(tokens.size()), true}});
-}
-
-std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  ThreadPool pool(1);
-  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128});
-  GenerationRequest req;
-  req.prompt = prompt;
-  req.max_tokens = n;
-  req.ignore_eos = true;
-  GenerationStream s(engine, req);
-  std::vector<int32_t> out;
-  while (auto ev = s.next()) out.push_back(ev->token);
-  return out;
-}
+using testing::greedy;
+using testing::prefill_logits;
 
 struct Case {
   GgmlType type;

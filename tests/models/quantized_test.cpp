@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
+#include "model_runs.h"
 #include "models/dense_decoder.h"
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -17,28 +18,10 @@
 namespace hearth {
 namespace {
 
+using testing::greedy;
+using testing::prefill_logits;
+
 namespace fs = std::filesystem;
-
-Tensor prefill_logits(const Model& m, const std::vector<int32_t>& tokens) {
-  ThreadPool pool(2);
-  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128});
-  Sequence s;
-  s.tokens = tokens;
-  return engine.step({{&s, static_cast<int64_t>(tokens.size()), true}});
-}
-
-std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  ThreadPool pool(1);
-  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128});
-  GenerationRequest req;
-  req.prompt = prompt;
-  req.max_tokens = n;
-  req.ignore_eos = true;
-  GenerationStream s(engine, req);
-  std::vector<int32_t> out;
-  while (auto ev = s.next()) out.push_back(ev->token);
-  return out;
-}
 
 // `hearth convert DIR -q --q-bits B --q-group-size G --mlx-path OUT` (the fixture's
 // reference.safetensors is not a weight file and is left behind).

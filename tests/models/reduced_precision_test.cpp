@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "model_runs.h"
 #include "models/dense_decoder.h"
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -11,6 +12,8 @@
 
 namespace hearth {
 namespace {
+
+using testing::prefill_logits;
 
 namespace fs = std::filesystem;
 
@@ -29,14 +32,6 @@ void convert_model(const std::string& dir, DType dtype, const std::string& out) 
   for (const SafetensorsEntry& e : src->header().tensors) tensors.emplace_back(e.name, src->tensor(e).to(dtype));
   write_safetensors(out + "/model.safetensors", tensors);
   for (const char* f : {"config.json", "generation_config.json"}) fs::copy_file(dir + "/" + f, out + "/" + f);
-}
-
-Tensor prefill_logits(const Model& m, const std::vector<int32_t>& tokens) {
-  ThreadPool pool(2);
-  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128});
-  Sequence s;
-  s.tokens = tokens;
-  return engine.step({{&s, static_cast<int64_t>(tokens.size()), true}});
 }
 
 class ReducedPrecision : public ::testing::TestWithParam<std::tuple<std::string, Tolerance>> {};
