@@ -173,21 +173,7 @@ int32_t Sampler::draw_sorted(const float* logits, int64_t vocab) {
     v = std::exp(v - mx);
     sum += v;
   }
-  // Top-p: smallest prefix whose probability reaches p (always at least one token).
-  size_t keep = scratch_.size();
-  if (params_.top_p < 1.0f) {
-    double cum = 0;
-    for (size_t i = 0; i < scratch_.size(); ++i) {
-      cum += scratch_[i].first / sum;
-      if (cum >= params_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double kept_sum = 0;
-  for (size_t i = 0; i < keep; ++i) kept_sum += scratch_[i].first;
-  return draw_prefix(keep, kept_sum);
+  return draw_top_p(scratch_.size(), sum);
 }
 
 // min-p on: only the tokens with prob >= min_p * max_prob can be drawn, so only those are sorted
@@ -225,7 +211,13 @@ int32_t Sampler::draw_min_p(const float* logits, int64_t vocab) {
     }
   }
   for (size_t i = 0; i < n; ++i) scratch_[i].first = std::exp(scratch_[i].first - mx);
-  // Top-p; when its cut falls past the kept tokens, min-p's (or top-k's) wins.
+  // When top-p's cut falls past the kept tokens, min-p's (or top-k's) wins.
+  return draw_top_p(n, sum);
+}
+
+// Top-p over the first n weights of scratch_ (best first), normalised by `sum`: the smallest
+// prefix whose probability reaches p (always at least one token); then one draw from it.
+int32_t Sampler::draw_top_p(size_t n, double sum) {
   size_t keep = n;
   if (params_.top_p < 1.0f) {
     double cum = 0;

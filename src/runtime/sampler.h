@@ -100,6 +100,7 @@ class Sampler {
   const float* process(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt);
   int32_t draw_sorted(const float* logits, int64_t vocab);  // min_p == 0: the original algorithm
   int32_t draw_min_p(const float* logits, int64_t vocab);   // min_p > 0: sorts only the survivors
+  int32_t draw_top_p(size_t n, double sum);                 // top-p over the first n of scratch_, then a draw
   int32_t draw_prefix(size_t keep, double kept_sum);        // from the first `keep` of scratch_ (weights)
   // Puts the best k of scratch_[0, n) first, in best-first order (logit desc, id asc). When it
   // radix-sorts (large k), scratch_[0, n) must be in id order.
