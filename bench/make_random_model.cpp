@@ -1,13 +1,20 @@
 // Writes a random-weight model directory of a Llama-family shape for benchmarks:
 // config.json + model.safetensors (bf16, f16 or f32). Values ~N(0, 0.02), norms ~1.
+// --tokenizer DIR copies a real tokenizer (tokenizer.json + tokenizer_config.json, e.g.
+// tests/data/external/tokenizers/qwen3) in, so that the model has text and a GGUF form that
+// llama.cpp loads (hearth convert --to gguf); its ids must fit the preset's vocabulary.
 // Usage: make_random_model OUT_DIR --preset qwen3-0.6b|qwen3-1.7b|llama-3-8b|tiny [--dtype bf16]
+//        [--tokenizer DIR]
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "formats/safetensors.h"
 
 namespace {
@@ -41,17 +48,20 @@ hearth::Tensor random_tensor(std::mt19937& rng, hearth::Shape shape, hearth::DTy
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out, preset = "tiny", dtype_name = "bf16";
+  std::string out, preset = "tiny", dtype_name = "bf16", tokenizer;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--preset" && i + 1 < argc) {
       preset = argv[++i];
     } else if (a == "--dtype" && i + 1 < argc) {
       dtype_name = argv[++i];
+    } else if (a == "--tokenizer" && i + 1 < argc) {
+      tokenizer = argv[++i];
     } else if (a[0] != '-' && out.empty()) {
       out = a;
     } else {
-      std::fprintf(stderr, "usage: make_random_model OUT_DIR [--preset NAME] [--dtype bf16|f16|f32]\n");
+      std::fprintf(stderr,
+                   "usage: make_random_model OUT_DIR [--preset NAME] [--dtype bf16|f16|f32] [--tokenizer DIR]\n");
       return 2;
     }
   }
@@ -64,6 +74,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::filesystem::create_directories(out);
+  if (!tokenizer.empty()) {
+    // The tokenizer's ids must be rows of the embedding: the largest id below the vocabulary.
+    const std::string text = hearth::read_text_file(tokenizer + "/tokenizer.json");
+    int64_t max_id = -1;
+    for (size_t at = text.find("\"id\":"); at != std::string::npos; at = text.find("\"id\":", at + 1))
+      max_id = std::max<int64_t>(max_id, std::atoll(text.c_str() + at + 5));
+    if (max_id >= s->vocab) {
+      std::fprintf(stderr, "make_random_model: %s has added token id %lld, outside %s's vocabulary of %lld\n",
+                   tokenizer.c_str(), static_cast<long long>(max_id), s->name, static_cast<long long>(s->vocab));
+      return 2;
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      std::filesystem::copy_file(tokenizer + "/" + f, out + "/" + f, std::filesystem::copy_options::overwrite_existing);
+  }
   std::mt19937 rng(1234);
   std::vector<std::pair<std::string, hearth::Tensor>> tensors;
   auto add = [&](const std::string& name, hearth::Shape shape, float mean = 0.0f, float sd = 0.02f) {
@@ -96,6 +120,7 @@ int main(int argc, char** argv) {
       << ",\n  \"num_key_value_heads\": " << s->kv_heads << ",\n  \"head_dim\": " << s->head_dim
       << ",\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n  \"max_position_embeddings\": 40960"
       << ",\n  \"tie_word_embeddings\": " << (s->tied ? "true" : "false") << ",\n  \"eos_token_id\": 2\n}\n";
-  std::printf("wrote %s (%s, %s)\n", out.c_str(), s->name, dtype_name.c_str());
+  std::printf("wrote %s (%s, %s%s)\n", out.c_str(), s->name, dtype_name.c_str(),
+              tokenizer.empty() ? "" : (", tokenizer from " + tokenizer).c_str());
   return 0;
 }

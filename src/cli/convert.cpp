@@ -1,10 +1,12 @@
 // hearth convert: a Hugging Face checkpoint -> an MLX affine-quantized one, as mlx_lm.convert
-// writes it (mlx_lm can load the result). Tensor by tensor, so memory stays near the largest
-// tensor; the output is staged beside the destination and renamed into place at the end.
+// writes it (mlx_lm can load the result), or -> a GGUF file that llama.cpp loads
+// (formats/gguf_export.h). Tensor by tensor, so memory stays near the largest tensor; the
+// output is staged beside the destination and renamed into place at the end.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/mapped_file.h"
@@ -12,6 +14,7 @@
 #include "cli/flags.h"
 #include "cli/verbs.h"
 #include "core/quant.h"
+#include "formats/gguf_export.h"
 #include "formats/safetensors.h"
 #include "formats/weight_store.h"
 
@@ -50,6 +53,27 @@ void write_config(const fs::path& src, const fs::path& dst, const QuantSpec& spe
   write_file_atomic((dst / "config.json").string(), config.dump(4) + "\n");
 }
 
+int convert_to_gguf(const std::string& src, const std::string& type_name, const std::string& out) {
+  const std::optional<GgmlType> type = gguf_export_type(type_name);
+  if (!type) {
+    throw Unsupported("convert: --type '" + type_name + "' is not implemented (f16, q8_0, q4_0, f32 are)");
+  }
+  if (out.empty()) throw InputError("convert: --out FILE.gguf is required with --to gguf");
+  if (fs::exists(out) && !(fs::is_regular_file(out) && fs::is_empty(out))) {
+    throw FileError(out, "exists and is not an empty file; refusing to overwrite it");
+  }
+  const Timer timer;
+  const GgufExportPlan plan = plan_gguf_export(src, {.type = *type, .tokenizer_dir = {}});
+  write_gguf_export(plan, out, {.overwrite = true, .progress = progress});  // checked above: absent or empty
+  std::map<std::string, size_t> by_type;                                    // "Q4_0" -> tensors of that type
+  for (const GgufExportTensor& t : plan.tensors) ++by_type[std::string(ggml_type_name(t.type))];
+  std::string types;
+  for (const auto& [name, n] : by_type) types += (types.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  std::printf("hearth: wrote %s (%zu tensors: %s) in %.1f s\n", out.c_str(), plan.tensors.size(), types.c_str(),
+              timer.seconds());
+  return 0;
+}
+
 }  // namespace
 
 int run_convert(const std::vector<std::string>& raw_args) {
@@ -58,23 +82,33 @@ int run_convert(const std::vector<std::string>& raw_args) {
   std::string src, mlx_path, to, type, out;
   bool quantize = false;
   int64_t bits = 4, group_size = 64;
-  Flags f("convert", "SRC -q [--q-bits 4] [--q-group-size 64] --mlx-path OUT",
-          "Converts a Hugging Face checkpoint (config.json + safetensors) into MLX affine-quantized form\n"
-          "(docs/quantization.md), tensor by tensor. OUT must not exist or be empty; it appears only\n"
-          "when the conversion has finished.");
+  Flags f("convert",
+          "SRC -q [--q-bits 4] [--q-group-size 64] --mlx-path OUT\n"
+          "       hearth convert SRC --to gguf --type f16|q8_0|q4_0 --out FILE.gguf",
+          "Converts a Hugging Face checkpoint (config.json + f32/bf16/f16 safetensors) tensor by tensor\n"
+          "into MLX affine-quantized form (docs/quantization.md), or with --to gguf into a GGUF file\n"
+          "that llama.cpp loads (docs/gguf.md: llama/mistral/qwen2/qwen3, byte-level BPE tokenizers;\n"
+          "q4_0 keeps the output matrix in Q6_K as llama-quantize does). The output must not exist or\n"
+          "be empty; it appears only when the conversion has finished.");
   f.positional("SRC", "The source model directory.", &src);
-  f.add("quantize", "Quantize (also -q). Required: hearth convert only writes quantized models so far.", &quantize);
+  f.add("quantize", "Quantize to MLX affine (also -q). Required unless --to gguf.", &quantize);
   f.add("q-bits", "Bits per weight: 2, 3, 4, 5, 6 or 8 (default 4; 4 and 8 have fast kernels).", &bits);
   f.add("q-group-size", "Weights per scale/bias group: 32, 64 or 128 (default 64).", &group_size);
   f.add("mlx-path", "Output directory.", &mlx_path);
-  f.add("to", "Output format other than MLX (gguf): not implemented yet; refused.", &to);
-  f.add("type", "GGUF tensor type (with --to gguf): not implemented yet; refused.", &type);
-  f.add("out", "GGUF output file (with --to gguf): not implemented yet; refused.", &out);
+  f.add("to", "Output format: mlx (default, with -q) or gguf.", &to);
+  f.add("type", "With --to gguf: f16 (default), q8_0 or q4_0 for the weight matrices (f32 too).", &type);
+  f.add("out", "With --to gguf: the output file.", &out);
   if (!f.parse(args)) return 0;
-  if (!to.empty() || !type.empty() || !out.empty()) {
-    throw Unsupported("convert: --to/--type/--out (GGUF output) are not implemented yet");
-  }
   if (src.empty()) throw InputError("convert: the source model directory is required (see hearth convert --help)");
+  if (to == "gguf") {
+    for (const char* flag : {"quantize", "q-bits", "q-group-size", "mlx-path"}) {
+      if (f.given(flag))
+        throw InputError(std::string("convert: --") + flag + " does not apply to --to gguf (use --type)");
+    }
+    return convert_to_gguf(src, type.empty() ? "f16" : type, out);
+  }
+  if (!to.empty() && to != "mlx") throw Unsupported("convert: --to '" + to + "' is not implemented (mlx, gguf are)");
+  if (!type.empty() || !out.empty()) throw InputError("convert: --type and --out go with --to gguf");
   if (!quantize) throw InputError("convert: only quantized output is implemented; pass -q");
   if (mlx_path.empty()) throw InputError("convert: --mlx-path is required");
   const QuantSpec spec{static_cast<int>(bits), static_cast<int>(group_size)};

@@ -15,5 +15,8 @@ namespace hearth {
 // float-to-int casts are undefined.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);
 void quantize_row_q4_0(const float* src, BlockQ4_0* dst, int64_t n);
+// ggml's quantize_row_q6_K_ref (n a multiple of 256): what llama.cpp's quantizer gives the
+// output matrix of a Q4_0 model.
+void quantize_row_q6_K(const float* src, BlockQ6_K* dst, int64_t n);
 
 }  // namespace hearth

@@ -42,14 +42,14 @@ PreTokenizer pre_tokenizer_for(const GgufFile& file, const std::string& pre) {
     return {split_then_bytes(kLlama3Regex, true), nullptr, true, true};
   }
   if (pre == "qwen2") return {split_then_bytes(kQwen2Regex, false), {{"type", "NFC"}}, false, false};
-  if (pre == "gpt2") {
+  if (pre == "gpt-2" || pre == "gpt2") {  // llama.cpp's name; "gpt2" as older Hearth files wrote it
     return {{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}},
             nullptr,
             false,
             false};
   }
   throw Unsupported(file.path() + ": tokenizer.ggml.pre '" + printable(pre) +
-                    "' is not supported (llama-bpe, llama3, llama-v3, qwen2, gpt2 are)");
+                    "' is not supported (llama-bpe, llama3, llama-v3, qwen2, gpt-2 are)");
 }
 
 // The token of metadata key `key` (an id), or "" when the key is absent.
@@ -86,6 +86,12 @@ nlohmann::json affix_template(const GgufFile& file, const std::vector<std::strin
 }
 
 }  // namespace
+
+const char* gguf_pre_tokenizer_regex(const std::string& pre) {
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return kLlama3Regex;
+  if (pre == "qwen2") return kQwen2Regex;
+  return nullptr;
+}
 
 GgufTokenizer gguf_tokenizer(const GgufFile& file) {
   const GgufMetadata& m = file.metadata();

@@ -24,9 +24,13 @@ struct GgufTokenizer {
 
 // The vocabulary (tokens, token_type, merges), added and special tokens (token types CONTROL
 // and USER_DEFINED; UNUSED padding entries are dropped), the pre-tokenizer that
-// tokenizer.ggml.pre names (llama-bpe / llama3 / llama-v3, qwen2, gpt2), BOS/EOS as
+// tokenizer.ggml.pre names (llama-bpe / llama3 / llama-v3, qwen2, gpt-2 / gpt2), BOS/EOS as
 // TemplateProcessing when the file asks to add them, and the chat template. FileError naming the
 // file and key for malformed metadata; Unsupported for other tokenizer models and pre-tokenizers.
 GgufTokenizer gguf_tokenizer(const GgufFile& file);
+
+// The Split regex of the HF tokenizer.json that tokenizer.ggml.pre PRE stands for ("llama-bpe",
+// "qwen2"), or nullptr for a pre-tokenizer without one (gpt-2: ByteLevel's own) or unknown.
+const char* gguf_pre_tokenizer_regex(const std::string& pre);
 
 }  // namespace hearth

@@ -1,6 +1,6 @@
 // The tokenizer synthesized from a GGUF file's metadata is the Hugging Face one: the real Llama
 // 3.1 and Qwen3 tokenizer.json files are written as llama.cpp's converter writes their
-// vocabularies (tests/models/gguf_fixture.h), and the GGUF tokenizer encodes and decodes the
+// vocabularies (formats/gguf_export.h), and the GGUF tokenizer encodes and decodes the
 // tokenizer corpus exactly as the tokenizer.json does (and as HF's reference outputs say).
 #include <gtest/gtest.h>
 
@@ -30,8 +30,13 @@ TEST_P(GgufTokenizer, MatchesTheHuggingFaceTokenizer) {
   const Vocab& v = GetParam();
   if (!testing::have_tokenizer(v.name)) return;
   testing::TempDir tmp;
-  const std::string path = write_vocab(
-      tmp.file("vocab.gguf"), testing::gpt2_vocab_metadata(testing::tokenizer_dir(v.name), v.pre, v.vocab_size));
+  const GgufKeyValues kv = gguf_tokenizer_metadata(testing::tokenizer_dir(v.name), v.vocab_size);
+  for (const auto& [key, value] : kv) {  // the pre-tokenizer named from tokenizer.json's regex
+    if (key == "tokenizer.ggml.pre") {
+      EXPECT_EQ(value, GgufValue(v.pre));
+    }
+  }
+  const std::string path = write_vocab(tmp.file("vocab.gguf"), kv);
   const Tokenizer gguf = load_tokenizer(path);
   const Tokenizer& hf = testing::cached_tokenizer(v.name);
   EXPECT_EQ(gguf.vocab_size(), hf.vocab_size());
@@ -66,7 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Real, GgufTokenizer,
 TEST(GgufTokenizerTiny, MatchesTheHuggingFaceTokenizer) {
   testing::TempDir tmp;
   const std::string dir = testing::data_path("tiny_tokenizer");
-  const std::string path = write_vocab(tmp.file("tiny.gguf"), testing::gpt2_vocab_metadata(dir, "gpt2", 1000));
+  const std::string path = write_vocab(tmp.file("tiny.gguf"), gguf_tokenizer_metadata(dir, 1000));
   const Tokenizer gguf = load_tokenizer(path);
   const Tokenizer hf = Tokenizer::load(dir);
   const auto corpus = nlohmann::json::parse(read_text_file(testing::data_path("tokenizer/corpus.json")));
@@ -84,7 +89,7 @@ TEST(GgufTokenizerTiny, MatchesTheHuggingFaceTokenizer) {
 
 TEST(GgufTokenizerErrors, UnsupportedAndMalformedVocabularies) {
   testing::TempDir tmp;
-  const testing::GgufKv base = testing::gpt2_vocab_metadata(testing::data_path("tiny_tokenizer"), "gpt2", 1000);
+  const testing::GgufKv base = gguf_tokenizer_metadata(testing::data_path("tiny_tokenizer"), 1000);
   auto expect_error = [&](const std::function<void(testing::GgufKv&)>& edit, const std::string& needle) {
     testing::GgufKv kv = base;
     edit(kv);
