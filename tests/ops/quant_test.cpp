@@ -94,53 +94,59 @@ TEST(AffineQuant, BadSpecsAreRefused) {
 
 // Every ISA and both paths (decode T <= 4, prefill tiles) against the scalar reference.
 TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
-  const int64_t K = 256, N = 45;
-  for (const QuantSpec& spec : kSpecs) {
-    for (DType st : {DType::kBF16, DType::kF32, DType::kF16}) {
-      const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 100 + spec.bits, 0.05f);
-      const QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st);
-      const cpu::AffineMatrix m{
-          q.packed.data<uint32_t>(), q.scales.raw(), q.biases.raw(), st, spec.bits, spec.group_size, N, K};
-      const std::vector<float> bias = random_floats(static_cast<size_t>(N), 5);
-      for (int64_t T : {1, 3, 4, 9}) {
-        const std::vector<float> x = random_floats(static_cast<size_t>(T * K), 11 + T);
-        std::vector<float> ref(static_cast<size_t>(T * N)), got(ref.size());
-        cpu::affine_matmul(cpu::Isa::kScalar, nullptr, x.data(), T, m, bias.data(), ref.data());
-        // The reference is the dequantized matrix times x.
-        const Tensor dense = affine_dequantize(q);
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t n = 0; n < N; ++n) {
-            double acc = bias[static_cast<size_t>(n)];
-            for (int64_t k = 0; k < K; ++k) acc += double(x[t * K + k]) * dense.data<float>()[n * K + k];
-            ASSERT_NEAR(ref[static_cast<size_t>(t * N + n)], acc, 1e-4);
-          }
-        }
-        // The VNNI decode path (4/8 bits, T <= 4) rounds x to int8 per 32-element chunk
-        // (step dx = max|x| / 127): each product may move by |w| * dx / 2.
-        std::vector<float> int8_bound(static_cast<size_t>(T * N), 0.0f);
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t n = 0; n < N; ++n) {
-            double e = 0;
-            for (int64_t c = 0; c < K; c += 32) {
-              float amax = 0;
-              for (int64_t k = c; k < c + 32; ++k) amax = std::max(amax, std::abs(x[t * K + k]));
-              for (int64_t k = c; k < c + 32; ++k) e += std::abs(dense.data<float>()[n * K + k]) * amax / 127 / 2;
+  const int64_t N = 45;
+  // K = 2304 spans several 16-group super-blocks of the VNNI kernels, with a partial last one.
+  for (int64_t K : {256, 2304})
+    for (const QuantSpec& spec : kSpecs) {
+      for (DType st : {DType::kBF16, DType::kF32, DType::kF16}) {
+        const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 100 + spec.bits, 0.05f);
+        const QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st);
+        const cpu::AffineMatrix m{
+            q.packed.data<uint32_t>(), q.scales.raw(), q.biases.raw(), st, spec.bits, spec.group_size, N, K};
+        const std::vector<float> bias = random_floats(static_cast<size_t>(N), 5);
+        const Tensor biases_f32 = q.biases.to(DType::kF32);
+        const std::vector<float> biases(biases_f32.data<float>(), biases_f32.data<float>() + biases_f32.numel());
+        for (int64_t T : {1, 3, 4, 9}) {
+          const std::vector<float> x = random_floats(static_cast<size_t>(T * K), 11 + T);
+          std::vector<float> ref(static_cast<size_t>(T * N)), got(ref.size());
+          cpu::affine_matmul(cpu::Isa::kScalar, nullptr, x.data(), T, m, bias.data(), ref.data());
+          // The reference is the dequantized matrix times x.
+          const Tensor dense = affine_dequantize(q);
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t n = 0; n < N; ++n) {
+              double acc = bias[static_cast<size_t>(n)];
+              for (int64_t k = 0; k < K; ++k) acc += double(x[t * K + k]) * dense.data<float>()[n * K + k];
+              ASSERT_NEAR(ref[static_cast<size_t>(t * N + n)], acc, 1e-4);
             }
-            int8_bound[static_cast<size_t>(t * N + n)] = static_cast<float>(e);
           }
-        }
-        ThreadPool pool(2);
-        for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
-          if (!cpu::isa_supported(isa)) continue;
-          cpu::affine_matmul(isa, &pool, x.data(), T, m, bias.data(), got.data());
-          for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_NEAR(got[i], ref[i], int8_bound[i] + 2e-5f * (1.0f + std::abs(ref[i])))
-                << spec.bits << "-bit g" << spec.group_size << " T=" << T << " i=" << i;
+          // The VNNI paths (4/8 bits) round x to int8 per weight group (step dx = max|x| / 127):
+          // each product may move by |w - bias| * dx / 2 (the bias term uses the exact sum of x).
+          std::vector<float> int8_bound(static_cast<size_t>(T * N), 0.0f);
+          const int64_t gs = spec.group_size;
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t n = 0; n < N; ++n) {
+              double e = 0;
+              for (int64_t c = 0; c < K; c += gs) {
+                float amax = 0;
+                for (int64_t k = c; k < c + gs; ++k) amax = std::max(amax, std::abs(x[t * K + k]));
+                const float b = biases[static_cast<size_t>(n * (K / gs) + c / gs)];
+                for (int64_t k = c; k < c + gs; ++k) e += std::abs(dense.data<float>()[n * K + k] - b) * amax / 127 / 2;
+              }
+              int8_bound[static_cast<size_t>(t * N + n)] = static_cast<float>(e);
+            }
+          }
+          ThreadPool pool(2);
+          for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+            if (!cpu::isa_supported(isa)) continue;
+            cpu::affine_matmul(isa, &pool, x.data(), T, m, bias.data(), got.data());
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_NEAR(got[i], ref[i], int8_bound[i] + 2e-5f * (1.0f + std::abs(ref[i])))
+                  << spec.bits << "-bit g" << spec.group_size << " T=" << T << " i=" << i;
+            }
           }
         }
       }
     }
-  }
 }
 
 }  // namespace

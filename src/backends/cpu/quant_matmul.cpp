@@ -1,5 +1,7 @@
-// y = x w^T for MLX affine-quantized w (core/quant.h). Decode (few rows of x) is bandwidth
-// bound: each weight row is read once and unpacked in registers. Per group g of a row,
+// y = x w^T for MLX affine-quantized w (core/quant.h). On AVX-512 VNNI, 4- and 8-bit
+// matrices take the integer kernels of quant_vnni.cpp; this file has the scalar reference and
+// the float paths for other widths and ISAs. Decode (few rows of x) is bandwidth bound: each
+// weight row is read once and unpacked in registers. Per group g of a row,
 //   sum_k x[k] (s q[k] + b) = s * sum_k q[k] x[k] + b * sum_k x[k],
 // so the kernel needs only the code-weighted dot; the group sums of x are computed once per
 // call. For 4 bits, byte j of a 32-element chunk holds elements 2j (low nibble) and 2j + 1
@@ -32,7 +34,9 @@ void row_params(const AffineMatrix& w, int64_t n, float* s, float* b) {
   const int64_t groups = w.K / w.group_size;
   for (int64_t g = 0; g < groups; ++g) {
     s[g] = scale_at(w.scales, w.scale_type, n * groups + g);
-    b[g] = scale_at(w.biases, w.scale_type, n * groups + g);
+    // Without biases the codes are symmetric around 2^(bits-1) (GGUF Q4_0/Q8_0 as loaded).
+    b[g] = w.biases != nullptr ? scale_at(w.biases, w.scale_type, n * groups + g)
+                               : -static_cast<float>(1 << (w.bits - 1)) * s[g];
   }
 }
 
@@ -124,117 +128,6 @@ HEARTH_AVX512 void row_avx512(const float* xq, const float* xsum, int64_t T, con
   }
 }
 
-// ---- AVX-512 VNNI decode: integer dot products (the path decode takes on this CPU) ----
-// x is quantized to int8 per 32-element chunk (dx = max|x| / 127), as llama.cpp does for its
-// Q4_0/Q8_0 dot products; vpdpbusd then multiplies the unsigned codes with x four pairs per
-// lane. One 64-byte load covers 128 4-bit weights (4 chunks) or 64 8-bit weights (2 chunks);
-// lane l of the int32 result belongs to chunk l/4 (4 bits) or l/8 (8 bits), so a per-lane
-// vector of (scale of its group) * (dx of its chunk) turns the 16 partial sums into floats.
-// The bias term b * sum(x) uses the exact f32 group sums of x.
-struct VnniX {
-  int64_t T = 0, K = 0, blocks = 0;  // blocks: 64-byte weight loads per row
-  std::vector<int8_t> lo, hi;        // [T, blocks, 64]: x for the low / high nibbles (8 bits: lo only)
-  std::vector<float> scale;          // [T, blocks, 16]: dx of each lane's chunk
-};
-
-VnniX quantize_x_vnni(const float* x, int64_t T, int64_t K, int bits) {
-  VnniX v;
-  v.T = T;
-  v.K = K;
-  const int64_t per_block = bits == 4 ? 128 : 64;
-  v.blocks = K / per_block;
-  v.lo.resize(static_cast<size_t>(T * v.blocks * 64));
-  if (bits == 4) v.hi.resize(v.lo.size());
-  v.scale.resize(static_cast<size_t>(T * v.blocks * 16));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t c = 0; c < K / 32; ++c) {
-      const float* xc = x + t * K + c * 32;
-      float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(xc[i]));
-      const float dx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-      int8_t q[32];
-      for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(std::lrint(xc[i] * inv));
-      const int64_t chunks_per_block = per_block / 32, b = c / chunks_per_block, cb = c % chunks_per_block;
-      int8_t* lo = v.lo.data() + (t * v.blocks + b) * 64;
-      if (bits == 4) {
-        int8_t* hi = v.hi.data() + (t * v.blocks + b) * 64;
-        for (int j = 0; j < 16; ++j) {
-          lo[cb * 16 + j] = q[2 * j];
-          hi[cb * 16 + j] = q[2 * j + 1];
-        }
-      } else {
-        std::memcpy(lo + cb * 32, q, 32);
-      }
-      const int lanes = bits == 4 ? 4 : 8;
-      for (int l = 0; l < lanes; ++l) v.scale[static_cast<size_t>((t * v.blocks + b) * 16 + cb * lanes + l)] = dx;
-    }
-  }
-  return v;
-}
-
-bool vnni_fits(const AffineMatrix& w) { return (w.bits == 4 && w.K % 128 == 0) || (w.bits == 8 && w.K % 64 == 0); }
-
-// 16 scales/biases of the row from group g0 on (fewer at the row's end), as f32.
-HEARTH_AVX512 inline __m512 load_params16(const void* p, DType t, int64_t g0, int64_t n) {
-  const __mmask16 m = simd::tail_mask16(n);
-  if (t == DType::kF32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + g0);
-  const uint16_t* h = static_cast<const uint16_t*>(p) + g0;
-  return t == DType::kBF16 ? simd::load16_bf16(h, m) : simd::load16_f16(h, m);
-}
-
-template <int kBits>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))) void rows_vnni(
-    const VnniX& xv, const float* xsum, const AffineMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  const int64_t K = w.K, groups = K / w.group_size, T = xv.T;
-  constexpr int64_t kPerBlock = kBits == 4 ? 128 : 64;
-  constexpr int kLaneElems = kBits == 4 ? 8 : 4;  // weights per int32 lane: 4 bytes of codes
-  // Lane l's group, relative to the block's first group.
-  alignas(64) int32_t lane_group[16];
-  for (int l = 0; l < 16; ++l) lane_group[l] = (l / (kBits == 4 ? 4 : 8)) * 32 / w.group_size;
-  (void)kLaneElems;
-  const __m512i group_idx = _mm512_load_si512(lane_group);
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const int64_t groups_per_block = std::max<int64_t>(1, kPerBlock / w.group_size);
-  for (int64_t n = n0; n < n1; ++n) {
-    const auto* row = reinterpret_cast<const uint8_t*>(w.packed + n * (K * kBits / 32));
-    const int64_t pg = n * groups;
-    // The bias part: sum_g b_g * xsum_g, per x row.
-    float bias_part[kDecodeRows] = {};
-    for (int64_t g = 0; g < groups; g += 16) {
-      const __m512 b = load_params16(w.biases, w.scale_type, pg + g, groups - g);
-      const __mmask16 m = simd::tail_mask16(groups - g);
-      for (int64_t t = 0; t < T; ++t) {
-        bias_part[t] += _mm512_reduce_add_ps(_mm512_mul_ps(b, _mm512_maskz_loadu_ps(m, xsum + t * groups + g)));
-      }
-    }
-    __m512 acc[kDecodeRows];
-    for (int64_t t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t blk = 0; blk < xv.blocks; ++blk) {
-      const int64_t g0 = blk * kPerBlock / w.group_size;
-      const __m512 s = _mm512_permutexvar_ps(
-          group_idx, load_params16(w.scales, w.scale_type, pg + g0, std::min<int64_t>(groups_per_block, 16)));
-      const __m512i v = _mm512_loadu_si512(row + blk * 64);
-      for (int64_t t = 0; t < T; ++t) {
-        const size_t off = static_cast<size_t>((t * xv.blocks + blk) * 64);
-        __m512i d;
-        if constexpr (kBits == 4) {
-          d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, low4),
-                                  _mm512_loadu_si512(xv.lo.data() + off));
-          d = _mm512_dpbusd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
-                                  _mm512_loadu_si512(xv.hi.data() + off));
-        } else {
-          d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(xv.lo.data() + off));
-        }
-        const __m512 dx = _mm512_loadu_ps(xv.scale.data() + (t * xv.blocks + blk) * 16);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, dx), acc[t]);
-      }
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      y[t * w.N + n] = _mm512_reduce_add_ps(acc[t]) + bias_part[t] + (bias != nullptr ? bias[n] : 0.0f);
-    }
-  }
-}
-
 void rows_decode(Isa isa, const float* xq, const float* xsum, int64_t T, const AffineMatrix& w, const float* bias,
                  float* y, int64_t n0, int64_t n1) {
   const int64_t groups = w.K / w.group_size;
@@ -275,18 +168,11 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
   std::function<void(int64_t, int64_t)> run;
   std::vector<float> xq, xsum;
   int64_t grain_rows = 16;
-  VnniX xv;
-  if (isa == Isa::kAvx512 && fast_bits && T <= kDecodeRows && has_avx512_vnni() && vnni_fits(w)) {
-    xv = quantize_x_vnni(x, T, w.K, w.bits);
-    xsum = group_sums(x, T, w.K, w.group_size);
-    run = [&](int64_t a, int64_t b) {
-      if (w.bits == 4) {
-        rows_vnni<4>(xv, xsum.data(), w, bias, y, a, b);
-      } else {
-        rows_vnni<8>(xv, xsum.data(), w, bias, y, a, b);
-      }
-    };
-  } else if (isa == Isa::kAvx512 && fast_bits && T <= kDecodeRows) {
+  if (isa == Isa::kAvx512 && vnni_supports(w)) {
+    vnni_matmul(pool, x, T, w, bias, y);
+    return;
+  }
+  if (isa == Isa::kAvx512 && fast_bits && T <= kDecodeRows) {
     if (w.bits == 4) xq = permute_nibbles(x, T, w.K);
     xsum = group_sums(x, T, w.K, w.group_size);
     const float* xp = w.bits == 4 ? xq.data() : x;
