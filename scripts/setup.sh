@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libsqlite3-dev
   python3 python3-jinja2 nodejs git
+  chromium
 )
 
 missing=()
@@ -31,6 +32,8 @@ bash scripts/fetch_test_data.sh
 bash scripts/fetch_chat_templates.sh
 # The official OpenAI client for the server tests (npm, pinned by package-lock.json).
 (cd tests/server/node && npm ci --silent --no-audit --no-fund)
+# playwright-core for the chat UI's browser test (drives the chromium above; downloads no browser).
+(cd tests/server/ui && npm ci --silent --no-audit --no-fund)
 
 # Build the release binary so `build/hearth` is ready to run.
 cmake --preset release >/dev/null

@@ -17,6 +17,12 @@ const std::vector<KnobInfo>& all_knobs() {
       {"HEARTH_THREADS", "0", "CPU worker threads; 0 means one per online core."},
       {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
       {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
+      {"HF_HOME", "",
+       "Hugging Face home; bare `hearth` looks for models in `$HF_HOME/hub`, else in "
+       "`$HOME/.cache/huggingface/hub`."},
+      {"HEARTH_DEMO_MODEL", "",
+       "Directory of the demo model bare `hearth` serves when no cached model fits (default: "
+       "`<exe dir>/../models/hearth-demo`, then `<exe dir>/../share/hearth/models/hearth-demo`)."},
   };
   return knobs;
 }

@@ -15,8 +15,10 @@ struct ModelFlags {
   std::string dtype;
   int64_t threads = 0;
 
-  void declare(Flags& f) {
-    f.model_dir("Model: a directory (config.json + safetensors weights) or a GGUF file.", &model);
+  void declare(
+      Flags& f, bool model_required = true,
+      const std::string& model_help = "Model: a directory (config.json + safetensors weights) or a GGUF file.") {
+    f.model_dir(model_help, &model, model_required);
     f.add("dtype", "Convert weight matrices at load time: f32, bf16 or f16 (default: as stored).", &dtype);
     f.add("threads", "CPU threads (default: one per core, or HEARTH_THREADS).", &threads);
   }

@@ -24,10 +24,10 @@ void Flags::positional(const std::string& name, const std::string& help, std::st
   positional_target_ = target;
 }
 
-void Flags::model_dir(const std::string& help, std::string* target) {
+void Flags::model_dir(const std::string& help, std::string* target, bool required) {
   positional("model", "Model directory or GGUF file (same as --model).", target);
   add("model", help, target);
-  require("model");
+  if (required) require("model");
 }
 
 void Flags::require(const std::string& name) {

@@ -24,8 +24,9 @@ class Flags {
   // Up to one positional argument (e.g. the model), with its help.
   void positional(const std::string& name, const std::string& help, std::string* target);
   void require(const std::string& name);
-  // The required model (a directory or a GGUF file), as a positional argument or --model.
-  void model_dir(const std::string& help, std::string* target);
+  // The model (a directory or a GGUF file), as a positional argument or --model; required
+  // unless `required` is false.
+  void model_dir(const std::string& help, std::string* target, bool required = true);
 
   // Parses argv (after the verb). Returns false when --help was printed. Throws InputError
   // for unknown flags, missing values, malformed numbers and missing required flags.

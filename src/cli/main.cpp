@@ -30,8 +30,12 @@ constexpr Verb kVerbs[] = {
 
 void print_help() {
   std::printf(
-      "usage: hearth <verb> [flags]\n\n"
+      "usage: hearth [serve flags]\n"
+      "       hearth <verb> [flags]\n\n"
       "Hearth runs Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3) on this machine.\n\n"
+      "Bare `hearth` (no verb, only flags) is `hearth serve`: it serves the model named by --model,\n"
+      "else the largest model in the Hugging Face cache that fits in memory, else the bundled demo\n"
+      "model, with a chat UI at http://127.0.0.1:8080/ (`hearth serve --help` has the flags).\n\n"
       "verbs:\n");
   for (const Verb& v : kVerbs) std::printf("  %-10s %s\n", v.name, v.summary);
   std::printf("\n`hearth <verb> --help` shows a verb's flags.\n");
@@ -41,11 +45,13 @@ void print_help() {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
     print_help();
     return 0;
   }
   try {
+    // No verb: `hearth` and `hearth --port 9000 --open` serve.
+    if (args.empty() || args[0].rfind("-", 0) == 0) return hearth::cli::run_serve(args);
     for (const Verb& v : kVerbs) {
       if (args[0] == v.name) return v.run(std::vector<std::string>(args.begin() + 1, args.end()));
     }

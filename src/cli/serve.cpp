@@ -1,13 +1,20 @@
 // hearth serve: the OpenAI-compatible HTTP server (src/server) over one loaded model.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "cli/common.h"
+#include "cli/model_choice.h"
 #include "cli/verbs.h"
 #include "runtime/engine.h"
 #include "runtime/model_tokenizer.h"
@@ -24,6 +31,37 @@ std::string served_id(std::string dir) {
   return dir;
 }
 
+std::string exe_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+// Opens URL with xdg-open, in the background; says so when there is no xdg-open.
+void open_browser(const std::string& url) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;  // the stop signals are blocked in this thread; the child gets them back
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  std::string prog = "xdg-open";
+  char* argv[] = {prog.data(), const_cast<char*>(url.c_str()), nullptr};
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, "xdg-open", &actions, &attr, argv, ::environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) {
+    std::fprintf(stderr, "hearth: --open: cannot start xdg-open (%s); open %s in a browser\n", std::strerror(err),
+                 url.c_str());
+    return;
+  }
+  std::thread([pid] { waitpid(pid, nullptr, 0); }).detach();
+}
+
 }  // namespace
 
 int run_serve(const std::vector<std::string>& args) {
@@ -35,10 +73,17 @@ int run_serve(const std::vector<std::string>& args) {
   std::optional<double> temp, top_p;
   double prompt_cache_gb = 4, shutdown_timeout_s = 10;
   std::string thinking;
+  bool open = false;
   Flags f("serve", "[MODEL] [flags]",
           "Serves the model over OpenAI- and Anthropic-compatible HTTP APIs: /v1/chat/completions,\n"
-          "/v1/completions, /v1/messages, /v1/models, /health, /stats, /metrics (docs/server-api.md).");
-  mf.declare(f);
+          "/v1/completions, /v1/messages, /v1/models, /health, /stats, /metrics (docs/server-api.md),\n"
+          "and a chat UI at /. Bare `hearth` (no verb) is `hearth serve`.");
+  mf.declare(f, /*model_required=*/false,
+             "Model: a directory (config.json + safetensors weights) or a GGUF file. Without one, the\n"
+             "largest model in the Hugging Face cache ($HF_HOME/hub, else ~/.cache/huggingface/hub) whose\n"
+             "weights + 10% + 1 GiB fit in available memory (/proc/meminfo MemAvailable), else the\n"
+             "bundled demo model (models/hearth-demo; HEARTH_DEMO_MODEL overrides).");
+  f.add("open", "Open the chat UI in a browser (xdg-open) once the server is ready.", &open);
   f.add("host", "Address to listen on (default 127.0.0.1).", &host);
   f.add("port", "Port to listen on (default 8080); the server refuses to start if it is taken.", &port);
   f.add("api-key", "Require this key (Authorization: Bearer KEY or x-api-key) on every route but /health.",
@@ -81,7 +126,16 @@ int run_serve(const std::vector<std::string>& args) {
   so.port = static_cast<int>(port);
   so.max_queue = static_cast<size_t>(max_queue);
   so.defaults = {temp, top_p, top_k, max_tokens, thinking_default};
-  so.model_id = served_id(mf.model);
+  if (mf.model.empty()) {
+    const ModelChoice choice =
+        choose_model({hf_hub_dir(), registered_model_types(), available_memory_bytes(), demo_model_dirs(exe_dir())});
+    std::printf("hearth: model %s: %s\n", choice.dir.c_str(), choice.reason.c_str());
+    std::fflush(stdout);
+    mf.model = choice.dir;
+    so.model_id = choice.name;
+  } else {
+    so.model_id = served_id(mf.model);
+  }
 
   // SIGINT/SIGTERM are taken by one thread (sigwait) so that no other thread is interrupted
   // mid-request; they must be blocked before any thread starts. A write to a closed socket
@@ -109,7 +163,12 @@ int run_serve(const std::vector<std::string>& args) {
     server.stop(std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000)));
   });
   std::printf("hearth: serving %s at http://%s:%d (Ctrl-C to stop)\n", so.model_id.c_str(), host.c_str(), bound);
+  // A server listening on every address is reached from this machine through loopback.
+  const bool any = host == "0.0.0.0" || host == "::" || host == "[::]";
+  const std::string ui_url = "http://" + (any ? std::string("127.0.0.1") : host) + ":" + std::to_string(bound) + "/";
+  std::printf("hearth: chat UI: %s\n", ui_url.c_str());
   std::fflush(stdout);
+  if (open) open_browser(ui_url);
   server.run();
   // run() also returns when listening fails; wake the signal thread so it can be joined.
   kill(getpid(), SIGTERM);

@@ -16,6 +16,7 @@
 #include "server/generation_reader.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/ui_assets.h"
 
 namespace hearth::server {
 
@@ -174,7 +175,9 @@ void HttpServer::Impl::setup() {
   http.set_write_timeout(options.write_timeout_s, 0);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    // The UI's static files hold no data; the page sends the key with its API calls.
+    const bool ui = find_ui_asset(req.path) != nullptr;
+    if (req.path == "/health" || ui || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
     const Endpoint ep = req.path.rfind("/v1/messages", 0) == 0 ? Endpoint::kMessages : Endpoint::kChat;
     send_error(res,
                ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)", "",
@@ -200,6 +203,23 @@ void HttpServer::Impl::setup() {
   });
 
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
+  // The chat UI (src/server/ui, compiled in). The content security policy allows only the
+  // page's own scripts and styles: a second wall behind the renderer, which never parses model
+  // output as HTML.
+  http.Get(R"(/|/ui/[A-Za-z0-9_.-]+)", [](const httplib::Request& req, httplib::Response& res) {
+    const UiAsset* asset = find_ui_asset(req.path);
+    if (asset == nullptr) {
+      send_json(res, 404, error_body("no route GET " + req.path, "invalid_request_error", "not_found"));
+      return;
+    }
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+                   "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    res.set_content(std::string(asset->body), std::string(asset->content_type));
+  });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     ojson m;
     m["id"] = options.model_id;

@@ -1,0 +1,242 @@
+// The chat UI at / in a real browser: Debian's chromium driven by playwright-core (which never
+// downloads a browser), against a real bare `hearth` (no verb) on a free port, serving the tiny
+// test model as its demo model. Needs HEARTH_BINARY and HEARTH_TEST_DATA; screenshots go to
+// HEARTH_UI_SCREENSHOTS (the build directory's ui-screenshots/).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const shots = process.env.HEARTH_UI_SCREENSHOTS || join(process.cwd(), "ui-screenshots");
+let server, browser, page, work;
+const pageErrors = [];
+
+async function startBareHearth() {
+  const binary = process.env.HEARTH_BINARY;
+  const data = process.env.HEARTH_TEST_DATA;
+  assert.ok(binary && data, "set HEARTH_BINARY and HEARTH_TEST_DATA");
+  work = mkdtempSync(join(tmpdir(), "hearth-ui-"));
+  const model = join(work, "model");
+  mkdirSync(model);
+  for (const src of ["parity/qwen3", "tiny_tokenizer"]) {
+    for (const f of readdirSync(join(data, src))) cpSync(join(data, src, f), join(model, f));
+  }
+  mkdirSync(join(work, "hf"));
+  // An empty HF cache, so bare hearth falls back to the "demo" model it is pointed at.
+  const env = { ...process.env, HF_HOME: join(work, "hf"), HEARTH_DEMO_MODEL: model };
+  const proc = spawn(binary, ["--port", "0", "--threads", "1"], { env, stdio: ["ignore", "pipe", "inherit"] });
+  const url = await new Promise((resolve, reject) => {
+    let out = "";
+    proc.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/chat UI: (http:\/\/127\.0\.0\.1:\d+\/)/);
+      if (m) resolve(m[1]);
+    });
+    proc.on("exit", (code) => reject(new Error(`hearth exited with ${code}: ${out}`)));
+  });
+  return { proc, url };
+}
+
+async function stats() {
+  return (await fetch(server.url + "stats")).json();
+}
+
+async function screenshot(name) {
+  await page.screenshot({ path: join(shots, name + ".png"), fullPage: true });
+}
+
+// Settings live in a panel that starts collapsed (and collapses again on reload).
+async function setSetting(id, value) {
+  await page.evaluate(() => (document.getElementById("settings").open = true));
+  await page.fill("#" + id, value);
+}
+
+// Sends a message through the composer and waits until the reply has ended.
+async function sendAndWait(text) {
+  await page.fill("#input", text);
+  await page.press("#input", "Enter");
+  // The message is stored, and the reply (if any) is no longer streaming.
+  await page.waitForFunction((t) => {
+    const convs = JSON.parse(localStorage.getItem("hearth.conversations") ?? "[]");
+    const c = convs.find((x) => x.id === localStorage.getItem("hearth.current"));
+    const last = c?.messages.findLast((m) => m.role === "user");
+    return last?.content === t && !document.querySelector(".streaming") && !document.getElementById("send").hidden;
+  }, text);
+}
+
+const storedConversations = () => page.evaluate(() => JSON.parse(localStorage.getItem("hearth.conversations")));
+
+before(async () => {
+  mkdirSync(shots, { recursive: true });
+  server = await startBareHearth();
+  browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+  });
+  page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  page.on("pageerror", (e) => pageErrors.push(e.message));
+  await page.goto(server.url);
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server && server.proc.exitCode === null) {
+    const exited = new Promise((resolve) => server.proc.on("exit", resolve));
+    server.proc.kill("SIGTERM");
+    assert.equal(await exited, 0);
+  }
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+test("the page shows the served model, its context and the server status", async () => {
+  await page.waitForFunction(() => document.getElementById("model-name").textContent === "hearth-demo");
+  assert.match(await page.textContent("#model-ctx"), /context 4,096 tokens/);
+  await page.waitForFunction(() => document.getElementById("status-list").textContent.includes("Memory (RSS)"));
+  const status = await page.textContent("#status-list");
+  for (const field of ["Model", "hearth-demo", "KV blocks", "Prompt cache", "Requests"]) assert.ok(status.includes(field), field);
+});
+
+test("a reply streams in, and Stop ends it mid-stream", async () => {
+  // 4000 tokens would take the tiny model about a second; Stop comes long before.
+  await setSetting("set-max-tokens", "4000");
+  // Record the reply's text each time the DOM changes.
+  await page.evaluate(() => {
+    window.__lengths = [];
+    new MutationObserver(() => {
+      const c = document.querySelector(".message.assistant.streaming .content");
+      if (c) window.__lengths.push(c.textContent.length);
+    }).observe(document.getElementById("messages"), { childList: true, subtree: true, characterData: true });
+  });
+  await page.fill("#input", "Hello there");
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => new Set(window.__lengths.filter((n) => n > 0)).size >= 5);
+  await screenshot("1-streaming");
+  await page.click("#stop");
+  await page.waitForSelector("#send:not([hidden])");
+  const lengths = await page.evaluate(() => window.__lengths);
+  assert.ok(new Set(lengths.filter((n) => n > 0)).size >= 5, `streamed in several updates: ${lengths.length}`);
+  const [conv] = await storedConversations();
+  const reply = conv.messages.at(-1);
+  assert.equal(reply.role, "assistant");
+  assert.equal(reply.note, "(stopped)");
+  assert.ok(reply.content.length > 0 && reply.content.length < 4000, `partial reply: ${reply.content.length} chars`);
+  assert.match(await page.textContent(".message.assistant .note"), /stopped/);
+  // The server saw the client go away and cancelled the generation.
+  for (let i = 0; i < 50 && (await stats()).requests.cancelled < 1; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.equal((await stats()).requests.cancelled, 1);
+  await screenshot("2-stopped");
+});
+
+test("a second conversation; both are listed after a reload", async () => {
+  await setSetting("set-max-tokens", "12");
+  await page.click("#new-chat");
+  await sendAndWait("Second question");
+  const reply = await page.textContent(".message.assistant .content");
+  assert.ok(reply.length > 0);
+  assert.match(await page.textContent("#speed"), /^12 tokens, [\d.]+ tok\/s$/);
+  await page.reload();
+  await page.waitForFunction(() => document.querySelectorAll("#conversations li").length === 2);
+  const titles = await page.$$eval("#conversations .conv-title", (b) => b.map((x) => x.textContent));
+  assert.deepEqual(titles, ["Second question", "Hello there"]);
+  // The reload kept the second one open; the first is one click away, with its stopped reply.
+  assert.equal(await page.textContent(".message.user .content"), "Second question");
+  await page.click("#conversations li:nth-child(2) .conv-title");
+  assert.equal(await page.textContent(".message.user .content"), "Hello there");
+  assert.match(await page.textContent(".message.assistant .note"), /stopped/);
+  await screenshot("3-two-conversations");
+});
+
+test("a conversation can be deleted", async () => {
+  await page.click("#new-chat");
+  await sendAndWait("Third, to delete");
+  assert.equal(await page.locator("#conversations li").count(), 3);
+  await page.click("#conversations li:first-child .conv-delete");
+  assert.equal(await page.locator("#conversations li").count(), 2);
+  assert.equal((await storedConversations()).length, 2);
+  // No reload since the third request: the status panel refreshes by itself.
+  await page.waitForFunction(() => /Requests\s*3 \(/.test(document.getElementById("status-list").textContent), null, {
+    timeout: 10000,
+  });
+});
+
+// Tags in the model's real output: logit_bias (an extra request field, set in the settings)
+// restricts the tiny model to the characters of "<u>", and its greedy output is then a run of
+// them with tags in it ("u<uuu...<u>uuu>..."). innerHTML would make <u> elements of them.
+test("HTML in the model's streamed output is shown as text", async () => {
+  await setSetting("set-max-tokens", "40");
+  await setSetting("set-temperature", "0");
+  const bias = Object.fromEntries([..."<u>"].map((c) => [c.charCodeAt(0), 100]));
+  await setSetting("set-extra", JSON.stringify({ logit_bias: bias }));
+  await page.click("#new-chat");
+  await sendAndWait("Hello");
+  const content = (await storedConversations())[0].messages.at(-1).content;
+  assert.match(content, /<[a-z]/, `the model's output has tags: ${content}`);
+  const rendered = await page.textContent(".message.assistant .content");
+  const count = (s, c) => s.split(c).length - 1;
+  assert.equal(count(rendered, "<"), count(content, "<"), `every '<' is shown: ${rendered}`);
+  assert.equal(await page.locator("#messages u").count(), 0);
+  await setSetting("set-extra", "");
+  await screenshot("4-html-output-as-text");
+});
+
+// The exact string the issue names, through the same renderer: a stored conversation whose
+// assistant turn (content and reasoning) carries a script, an event handler and raw HTML.
+test("<script> in an assistant message renders as text and never runs", async () => {
+  const evil = [
+    "Here is <script>window.__pwned = 1</script> and <img src=x onerror=\"window.__pwned = 2\">.",
+    "",
+    "```html",
+    "<b>not bold</b><script>window.__pwned = 3</script>",
+    "```",
+    "",
+    "**bold** and `<i>code</i>` and [a link](javascript:window.__pwned=4)",
+  ].join("\n");
+  await page.evaluate((content) => {
+    const convs = JSON.parse(localStorage.getItem("hearth.conversations"));
+    convs.unshift({
+      id: "evil",
+      title: "Injected",
+      created: Date.now(),
+      messages: [
+        { role: "user", content: "<script>window.__pwned = 5</script>" },
+        { role: "assistant", content, reasoning: "thinking <script>window.__pwned = 6</script>" },
+      ],
+    });
+    localStorage.setItem("hearth.conversations", JSON.stringify(convs));
+    localStorage.setItem("hearth.current", "evil");
+  }, evil);
+  await page.reload();
+  await page.waitForSelector(".message.assistant");
+  const text = await page.textContent(".message.assistant .content");
+  assert.ok(text.includes("<script>window.__pwned = 1</script>"), text);
+  assert.ok(text.includes('<img src=x onerror="window.__pwned = 2">'), text);
+  assert.ok(text.includes("<b>not bold</b><script>window.__pwned = 3</script>"), text);
+  assert.equal(await page.textContent(".message.user .content"), "<script>window.__pwned = 5</script>");
+  // Markdown still works: a code block, bold, inline code; the javascript: link stays text.
+  assert.equal(await page.textContent(".message.assistant pre code"), "<b>not bold</b><script>window.__pwned = 3</script>");
+  assert.equal(await page.textContent(".message.assistant strong"), "bold");
+  assert.equal(await page.textContent(".message.assistant p code"), "<i>code</i>");
+  assert.equal(await page.locator(".message.assistant a").count(), 0);
+  assert.ok(text.includes("[a link](javascript:window.__pwned=4)"));
+  for (const tag of ["script", "img", "b", "i"]) assert.equal(await page.locator(`#messages ${tag}`).count(), 0, tag);
+  // Reasoning is collapsed, and text too.
+  assert.equal(await page.getAttribute(".message.assistant details.reasoning", "open"), null);
+  assert.equal(await page.textContent(".reasoning-text"), "thinking <script>window.__pwned = 6</script>");
+  assert.equal(await page.evaluate(() => window.__pwned), undefined);
+  await page.click(".message.assistant details.reasoning summary");
+  await screenshot("5-script-as-text");
+});
+
+test("a refused request shows the server's error message", async () => {
+  await setSetting("set-max-tokens", "100000");
+  await sendAndWait("Too long");
+  await page.waitForSelector("#error:not([hidden])");
+  const error = await page.textContent("#error");
+  assert.match(error, /\(400\).*exceeds the context/);
+  await screenshot("6-error");
+  await setSetting("set-max-tokens", "12");
+  assert.deepEqual(pageErrors, []);
+});
