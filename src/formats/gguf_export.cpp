@@ -271,7 +271,9 @@ std::optional<GgmlType> gguf_export_type(const std::string& name) {
   return std::nullopt;
 }
 
-GgufKeyValues gguf_tokenizer_metadata(const std::string& dir, int64_t vocab_size, const std::string& config_json) {
+namespace {
+
+GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, const std::string& config_json) {
   const std::string tok_path = dir + "/tokenizer.json", cfg_path = dir + "/tokenizer_config.json";
   if (!std::filesystem::exists(tok_path)) throw FileError(dir, "no tokenizer.json (GGUF files carry the tokenizer)");
   const json tok = read_json(tok_path);
@@ -373,6 +375,16 @@ GgufKeyValues gguf_tokenizer_metadata(const std::string& dir, int64_t vocab_size
   return kv;
 }
 
+}  // namespace
+
+GgufKeyValues gguf_tokenizer_metadata(const std::string& dir, int64_t vocab_size, const std::string& config_json) {
+  try {
+    return tokenizer_metadata(dir, vocab_size, config_json);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw FileError(dir + "/tokenizer.json", std::string("unexpected structure: ") + e.what());
+  }
+}
+
 GgufExportPlan plan_gguf_export(const std::string& model_dir, const GgufExportOptions& options) {
   if (options.type != GgmlType::kF32 && options.type != GgmlType::kF16 && options.type != GgmlType::kQ8_0 &&
       options.type != GgmlType::kQ4_0) {
@@ -400,7 +412,11 @@ GgufExportPlan plan_gguf_export(const std::string& model_dir, const GgufExportOp
   if (options.type == GgmlType::kQ8_0 || options.type == GgmlType::kQ4_0)
     set(plan.metadata, "general.quantization_version", uint32_t{2});
   std::vector<GgufExportTensor> extra;
-  hyperparameters(c, arch, plan.metadata, extra);
+  try {
+    hyperparameters(c, arch, plan.metadata, extra);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw FileError(config_path, std::string("unexpected value: ") + e.what());
+  }
   const int64_t vocab = c.positive("vocab_size");
   for (auto& e :
        gguf_tokenizer_metadata(options.tokenizer_dir.empty() ? model_dir : options.tokenizer_dir, vocab, config_path))

@@ -196,6 +196,16 @@ TEST(ConvertGgufErrors, BrokenInputsAreClearErrorsAndLeaveNothing) {
   }
   {
     const auto dir = model_dir("qwen3");
+    edit_json(dir->file("tokenizer.json"), [](auto& j) { j["model"]["vocab"] = "none"; });
+    expect_failure(dir->path(), "tokenizer.json: unexpected structure");
+  }
+  {
+    const auto dir = model_dir("qwen2_yarn");
+    edit_json(dir->file("config.json"), [](auto& j) { j["rope_parameters"]["beta_fast"] = "fast"; });
+    expect_failure(dir->path(), "config.json: unexpected value");
+  }
+  {
+    const auto dir = model_dir("qwen3");
     fs::remove(dir->file("tokenizer.json"));
     expect_failure(dir->path(), "no tokenizer.json");
   }
