@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -152,7 +153,7 @@ QuantizedMatrix affine_quantize(const Tensor& w, const QuantSpec& spec, DType sc
 
 std::string QuantizedMatrix::str() const {
   std::string out;
-  if (is_ggml()) {
+  if (is_ggml() || symmetric()) {
     out = ggml_type_name(ggml_type);
   } else {
     out = "affine ";
@@ -202,10 +203,52 @@ Tensor affine_dequantize(const QuantizedMatrix& q) {
   for (int64_t n = 0; n < q.rows; ++n) {
     for (int64_t g = 0; g < groups; ++g) {
       s[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.scales.raw()) + (n * groups + g) * es, st);
-      b[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.biases.raw()) + (n * groups + g) * es, st);
+      b[static_cast<size_t>(g)] = q.symmetric()
+                                      ? -static_cast<float>(1 << (q.spec.bits - 1)) * s[static_cast<size_t>(g)]
+                                      : load(static_cast<const uint8_t*>(q.biases.raw()) + (n * groups + g) * es, st);
     }
     affine_dequantize_row(q.packed.data<uint32_t>() + n * words, s.data(), b.data(), q.cols, q.spec,
                           out.data<float>() + n * q.cols);
+  }
+  return out;
+}
+
+QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q) {
+  const bool q4 = q.ggml_type == GgmlType::kQ4_0;
+  if (!q.is_ggml() || !(q4 || q.ggml_type == GgmlType::kQ8_0))
+    throw InputError("only Q4_0 and Q8_0 blocks map onto symmetric affine codes, not " + q.str());
+  const int64_t blocks = q.cols / 32;
+  QuantizedMatrix out;
+  out.format = QuantFormat::kAffine;
+  out.spec = QuantSpec{q4 ? 4 : 8, 32};
+  out.ggml_type = q.ggml_type;
+  out.rows = q.rows;
+  out.cols = q.cols;
+  out.packed = Tensor::empty({q.rows, q.cols * out.spec.bits / 32}, DType::kU32);
+  out.scales = Tensor::empty({q.rows, blocks}, DType::kF16);
+  const size_t in_row = static_cast<size_t>(q.packed.dim(1)), block_bytes = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const size_t out_row = static_cast<size_t>(q.cols * out.spec.bits / 8);
+  for (int64_t n = 0; n < q.rows; ++n) {
+    const uint8_t* src = q.packed.data<uint8_t>() + static_cast<size_t>(n) * in_row;
+    uint8_t* codes = reinterpret_cast<uint8_t*>(out.packed.data<uint32_t>()) + static_cast<size_t>(n) * out_row;
+    uint16_t* scales = out.scales.data<uint16_t>() + n * blocks;
+    for (int64_t b = 0; b < blocks; ++b, src += block_bytes) {
+      std::memcpy(&scales[b], src, 2);  // d, f16
+      const uint8_t* qs = src + 2;
+      if (q4) {
+        // ggml: element j < 16 in the low nibble of qs[j], j + 16 in its high nibble.
+        // Affine: elements 2i and 2i + 1 in the low and high nibble of byte i.
+        uint8_t e[32];
+        for (int j = 0; j < 16; ++j) {
+          e[j] = qs[j] & 0x0f;
+          e[j + 16] = qs[j] >> 4;
+        }
+        for (int i = 0; i < 16; ++i) codes[b * 16 + i] = static_cast<uint8_t>(e[2 * i] | (e[2 * i + 1] << 4));
+      } else {
+        // Signed codes become unsigned around 128: d * q = d * ((q + 128) - 128).
+        for (int j = 0; j < 32; ++j) codes[b * 32 + j] = static_cast<uint8_t>(qs[j] ^ 0x80);
+      }
+    }
   }
   return out;
 }

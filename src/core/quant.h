@@ -5,6 +5,8 @@
 //   scales, biases [N, K / group_size] f32|bf16|f16: w[n, k] = scale * q + bias for the group
 //           of k.
 //   bits 2, 3, 4, 5, 6, 8; group sizes 32, 64, 128. See docs/quantization.md.
+//   Without biases the codes are symmetric: w = scale * (q - 2^(bits-1)). GGUF Q4_0 and Q8_0
+//   load in this form (ggml_to_affine), so one set of kernels serves both formats.
 // ggml blocks (GGUF files): packed [N, row_bytes(type, K)] u8, each row the file's blocks of
 //   a Q8_0, Q4_0, Q4_K or Q6_K type (core/ggml_blocks.h); no scales or biases (each block
 //   carries its own). See docs/gguf.md.
@@ -41,7 +43,12 @@ struct QuantizedMatrix {
   Tensor scales, biases;                 // kAffine: [N, K / group_size], one float dtype
   bool defined() const { return packed.defined(); }
   bool is_ggml() const { return format == QuantFormat::kGgml; }
-  size_t nbytes() const { return packed.nbytes() + scales.nbytes() + biases.nbytes(); }
+  // kAffine without biases (ggml_type names the GGUF type it came from).
+  bool symmetric() const { return format == QuantFormat::kAffine && packed.defined() && !biases.defined(); }
+  size_t nbytes() const {
+    return (packed.defined() ? packed.nbytes() : 0) + (scales.defined() ? scales.nbytes() : 0) +
+           (biases.defined() ? biases.nbytes() : 0);
+  }
   // "affine 4-bit/64 [N, K]", "Q4_K [N, K]"
   std::string str() const;
 };
@@ -50,6 +57,10 @@ struct QuantizedMatrix {
 // usually a zero-copy view of a mapped GGUF file. InputError unless ggml_is_block_quantized(type),
 // cols is a multiple of the block size and the shape fits.
 QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor blocks);
+
+// Q4_0 / Q8_0 blocks as symmetric affine codes with f16 scales, groups of 32: the same values
+// and the same bytes per weight (18 / 34 per 32), in the layout the affine kernels read. A copy.
+QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q);
 
 // The reference codec, one row at a time (K a multiple of group_size).
 // MLX's quantizer: per group, the scale spans [min, max] over 2^bits - 1 steps, anchored so

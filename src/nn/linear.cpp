@@ -59,7 +59,10 @@ QuantizedMatrix WeightLoader::ggml_blocks(const std::string& name, GgmlType type
     throw FileError(store_.source(), quoted(name) + " is " + info.name + " " + got + ", expected [" +
                                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
   }
-  return ggml_quantized(type, rows, cols, blocks);
+  QuantizedMatrix q = ggml_quantized(type, rows, cols, blocks);
+  // Q4_0 and Q8_0 are symmetric affine codes: repacked once, they take the affine kernels.
+  if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) return ggml_to_affine(q);
+  return q;
 }
 
 QuantizedMatrix WeightLoader::quantized(const std::string& prefix, int64_t rows, int64_t cols) const {

@@ -60,8 +60,10 @@ TEST_P(GgufModel, RunsAsTheSafetensorsCheckpoint) {
     EXPECT_LE(kl, 5e-6);
     EXPECT_LE(diff, 1e-2f * scale);
   } else {
-    EXPECT_TRUE(dec.attention(0).q.qweight.is_ggml());
-    EXPECT_EQ(dec.attention(0).q.qweight.ggml_type, c.type);
+    // Q4_0 and Q8_0 load as symmetric affine codes (the affine kernels), the K-quants as blocks.
+    const QuantizedMatrix& qw = dec.attention(0).q.qweight;
+    EXPECT_TRUE(c.type == GgmlType::kQ4_0 || c.type == GgmlType::kQ8_0 ? qw.symmetric() : qw.is_ggml());
+    EXPECT_EQ(qw.ggml_type, c.type);
     EXPECT_LT(gguf->info().weight_bytes, f32_model->info().weight_bytes);
     EXPECT_LE(kl, c.max_mean_kl);
     // Decode (the in-register kernels, one row) agrees with prefill (dequantized tiles): the

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "backends/cpu/ggml_kernels.h"
+#include "core/dtype.h"
 #include "core/ops.h"
 #include "core/quant.h"
 #include "formats/ggml_quants.h"
@@ -148,6 +149,50 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
     for (int i = 0; i < 4; ++i) {
       for (int64_t k = 0; k < K; ++k)
         ASSERT_EQ(rows.data<float>()[i * K + k], dense.data<float>()[ids_v[i] * K + k]) << ggml_type_name(type);
+    }
+  }
+}
+
+// Q4_0 and Q8_0 load as symmetric affine codes (what the affine kernels read): the same values
+// bit for bit, the same bytes per weight, and matmuls within the int8 rounding of x.
+TEST(GgmlMatmul, Q4_0AndQ8_0RepackToSymmetricAffineCodes) {
+  std::mt19937_64 rng(11);
+  ThreadPool pool(2);
+  Context ctx{&pool, kCpu};
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const int64_t N = 37, K = 384, T = 5;
+    std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+    Tensor blocks = Tensor::empty({N, static_cast<int64_t>(row_bytes(type, K))}, DType::kU8);
+    std::memcpy(blocks.raw(), bytes.data(), bytes.size());
+    const QuantizedMatrix g = ggml_quantized(type, N, K, blocks);
+    const QuantizedMatrix a = ggml_to_affine(g);
+    ASSERT_TRUE(a.symmetric());
+    EXPECT_EQ(a.ggml_type, type);
+    EXPECT_EQ(a.nbytes(), g.nbytes());
+    const Tensor dense = dequantize(g), back = dequantize(a);
+    ASSERT_EQ(testing::max_abs_diff(back, dense), 0.0f) << ggml_type_name(type);
+    const std::vector<float> xv = random_floats(static_cast<size_t>(T * K), rng);
+    for (int64_t rows : {int64_t{1}, T}) {
+      const Tensor xs = Tensor::from_f32({rows, K}, xv.data());
+      Tensor want = Tensor::empty({rows, N}, DType::kF32), got = Tensor::empty({rows, N}, DType::kF32);
+      ops::matmul(ctx, xs, dense, Tensor(), want);
+      ops::quantized_matmul(ctx, xs, a, Tensor(), got);
+      // x rounds to int8 per group of 32 (step max|x| / 127): each product moves by at most
+      // |w + 2^(bits-1) d| * step / 2 (the offset term uses the exact sum of x).
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          double bound = 1e-5;
+          for (int64_t c = 0; c < K; c += 32) {
+            float amax = 0;
+            for (int64_t k = c; k < c + 32; ++k) amax = std::max(amax, std::abs(xv[t * K + k]));
+            const float d = f16_to_f32(a.scales.data<uint16_t>()[n * (K / 32) + c / 32]);
+            const float offset = type == GgmlType::kQ4_0 ? 8.0f : 128.0f;
+            for (int64_t k = c; k < c + 32; ++k)
+              bound += std::abs(dense.data<float>()[n * K + k] + offset * d) * amax / 254;
+          }
+          ASSERT_NEAR(got.data<float>()[t * N + n], want.data<float>()[t * N + n], bound) << ggml_type_name(type);
+        }
+      }
     }
   }
 }

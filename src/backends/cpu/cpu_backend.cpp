@@ -34,8 +34,14 @@ class CpuBackend final : public Backend {
   }
 
   static cpu::AffineMatrix affine(const QuantizedMatrix& w) {
-    return {w.packed.data<uint32_t>(), w.scales.raw(), w.biases.raw(), w.scales.dtype(), w.spec.bits,
-            w.spec.group_size,         w.rows,         w.cols};
+    return {w.packed.data<uint32_t>(),
+            w.scales.raw(),
+            w.biases.defined() ? w.biases.raw() : nullptr,
+            w.scales.dtype(),
+            w.spec.bits,
+            w.spec.group_size,
+            w.rows,
+            w.cols};
   }
 
   static cpu::GgmlMatrix ggml(const QuantizedMatrix& w) {
