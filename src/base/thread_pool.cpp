@@ -1,6 +1,7 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/knobs.h"
 
@@ -22,6 +23,28 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
+namespace {
+
+// How long a thread spins on a condition before it sleeps.
+constexpr std::chrono::microseconds kSpin{200};
+
+// Spins until ready() or kSpin has passed; returns ready().
+template <typename Ready>
+bool spin_until(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+}  // namespace
+
 void ThreadPool::run_chunk(int index) {
   if (index >= n_chunks_) return;
   const int64_t begin = n_ * index / n_chunks_;
@@ -32,16 +55,17 @@ void ThreadPool::run_chunk(int index) {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   while (true) {
-    {
+    auto has_job = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load() != seen; };
+    if (!spin_until(has_job)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      wake_.wait(lock, has_job);
     }
+    if (stop_) return;
+    seen = generation_.load();
     run_chunk(index);
-    {
+    if (pending_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
@@ -54,18 +78,22 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
+  fn_ = &fn;
+  n_ = n;
+  n_chunks_ = chunks;
+  pending_ = n_threads_ - 1;
   {
+    // Under the mutex, so that a worker between its check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = &fn;
-    n_ = n;
-    n_chunks_ = chunks;
-    pending_ = n_threads_ - 1;
     ++generation_;
   }
   wake_.notify_all();
   run_chunk(0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  auto done = [&] { return pending_.load() == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, done);
+  }
   fn_ = nullptr;
 }
 

@@ -1,5 +1,8 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part,
 // so a pool of n threads has n-1 workers. Passed explicitly (no global pool).
+// A decode step is a few hundred short parallel loops, so waiting threads spin for a moment
+// (kSpin) before they sleep on a condition variable: a futex wake-up per loop cost more than
+// many of the loops themselves.
 #pragma once
 
 #include <atomic>
@@ -35,13 +38,13 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  // The current job.
+  std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) to publish a job
+  std::atomic<bool> stop_{false};
+  // The current job, written before generation_ is bumped.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int n_chunks_ = 0;
-  int pending_ = 0;
+  std::atomic<int> pending_{0};  // workers still running the current job
 };
 
 }  // namespace hearth
