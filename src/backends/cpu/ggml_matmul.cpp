@@ -120,6 +120,10 @@ void rows_tiled(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, const f
 
 void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
                  float* y) {
+  if (isa == Isa::kAvx512 && ggml_vnni_supports(w, T)) {
+    ggml_vnni_matmul(pool, x, T, w, bias, y);
+    return;
+  }
   std::function<void(int64_t, int64_t)> run;
   int64_t grain_rows = 16;
   if (isa == Isa::kScalar) {
