@@ -32,6 +32,27 @@ HEARTH_AVX512 void axpy_avx512(float* out, float p, const float* v, int64_t n) {
   }
 }
 
+// s[i] = exp(s[i] - mx) over n scores; returns their sum.
+float exp_sum_scalar(float* s, int64_t n, float mx) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    s[i] = std::exp(s[i] - mx);
+    sum += s[i];
+  }
+  return sum;
+}
+HEARTH_AVX512 float exp_sum_avx512(float* s, int64_t n, float mx) {
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = simd::tail_mask16(n - i);
+    const __m512 e = simd::exp16(_mm512_sub_ps(simd::load16_f32(s + i, m), vmx));
+    _mm512_mask_storeu_ps(s + i, m, e);
+    sum = _mm512_mask_add_ps(sum, m, sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 struct RowHead {
   const AttentionArgs& a;
   Isa isa;
@@ -63,11 +84,7 @@ struct RowHead {
       scores[static_cast<size_t>(j - lo)] = s;
       mx = std::max(mx, s);
     }
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
-      scores[static_cast<size_t>(i)] = std::exp(scores[static_cast<size_t>(i)] - mx);
-      sum += scores[static_cast<size_t>(i)];
-    }
+    const float sum = isa == Isa::kAvx512 ? exp_sum_avx512(scores.data(), n, mx) : exp_sum_scalar(scores.data(), n, mx);
     const float inv = 1.0f / sum;
     std::fill(out, out + a.Dh, 0.0f);
     for (int64_t j = lo; j <= c; ++j) {
