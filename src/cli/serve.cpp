@@ -37,11 +37,12 @@ std::string exe_dir() {
   return ec ? std::string() : exe.parent_path().string();
 }
 
-// Opens URL with xdg-open, in the background; says so when there is no xdg-open.
+// Opens URL with xdg-open, in the background; says so when there is no xdg-open or it fails.
 void open_browser(const std::string& url) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);  // we say it ourselves
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;  // the stop signals are blocked in this thread; the child gets them back
@@ -59,7 +60,11 @@ void open_browser(const std::string& url) {
                  url.c_str());
     return;
   }
-  std::thread([pid] { waitpid(pid, nullptr, 0); }).detach();
+  std::thread([pid, url] {
+    int status = 0;
+    if (waitpid(pid, &status, 0) == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      std::fprintf(stderr, "hearth: --open: xdg-open found no browser; open %s yourself\n", url.c_str());
+  }).detach();
 }
 
 }  // namespace

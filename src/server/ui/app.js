@@ -214,9 +214,11 @@ function renderMessage(msg) {
 
 // (Re)draws a message's body; called for every streamed delta.
 function fillMessage(div, msg) {
+  const reasoningOpen = div.querySelector("details.reasoning")?.open ?? false;  // kept across redraws
   for (const child of [...div.children]) if (child.className !== "role") child.remove();
   if (msg.reasoning) {
     const details = el("details", "reasoning");
+    details.open = reasoningOpen;
     details.append(el("summary", null, "Reasoning"));
     details.append(el("div", "reasoning-text", msg.reasoning));
     div.append(details);
@@ -254,7 +256,6 @@ function showError(text) {
 function setBusy(busy) {
   $("send").hidden = busy;
   $("stop").hidden = !busy;
-  $("input").disabled = false;
 }
 
 // ---- Settings ------------------------------------------------------------------------------
