@@ -415,8 +415,13 @@ async function send(text) {
       reply.stats = { tokens, seconds };
     }
     if (!reply.reasoning) delete reply.reasoning;
-    // A refused request leaves no empty assistant turn behind.
-    if (!reply.content && !reply.reasoning && !reply.note) c.messages.pop();
+    // A refused request leaves nothing behind: its message goes back to the input box, to be
+    // edited and sent again.
+    if (!reply.content && !reply.reasoning && !reply.note) {
+      c.messages.splice(-2, 2);
+      if (c.messages.length === 0) c.title = "New chat";
+      if (!$("input").value) $("input").value = text;
+    }
     div.classList.remove("streaming");
     save();
     renderAll();

@@ -247,10 +247,14 @@ test("<script> in an assistant message renders as text and never runs", async ()
 
 test("a refused request shows the server's error message", async () => {
   await setSetting("set-max-tokens", "100000");
-  await sendAndWait("Too long");
+  await page.fill("#input", "Too long");
+  await page.press("#input", "Enter");
   await page.waitForSelector("#error:not([hidden])");
   const error = await page.textContent("#error");
   assert.match(error, /\(400\).*exceeds the context/);
+  // The refused message is back in the input box, not in the conversation.
+  assert.equal(await page.inputValue("#input"), "Too long");
+  assert.ok(!(await storedConversations())[0].messages.some((m) => m.content === "Too long"));
   await screenshot("6-error");
   await setSetting("set-max-tokens", "12");
   assert.deepEqual(pageErrors, []);
