@@ -12,6 +12,7 @@
 
 #include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/simd.h"
 
 namespace hearth::cpu {
@@ -138,13 +139,7 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
   } else {
     run = [&](int64_t a, int64_t b) { rows_dequant_dot(isa, x, T, w, bias, y, a, b); };
   }
-  if (pool == nullptr) {
-    run(0, w.N);
-    return;
-  }
-  // Chunks in units of grain_rows so tiles stay whole.
-  const int64_t units = (w.N + grain_rows - 1) / grain_rows;
-  pool->parallel_for(units, 1, [&](int64_t a, int64_t b) { run(a * grain_rows, std::min(w.N, b * grain_rows)); });
+  parallel_rows(pool, w.N, grain_rows, run);
 }
 
 void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/ggml_kernels.h"
+#include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/simd.h"
 
 #define HEARTH_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
@@ -135,13 +136,7 @@ void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMat
       default: q6k_rows<4>(p, w, bias, y, a, b); break;
     }
   };
-  if (pool == nullptr) {
-    run(0, w.N);
-    return;
-  }
-  constexpr int64_t kUnit = 16;
-  pool->parallel_for((w.N + kUnit - 1) / kUnit, 1,
-                     [&](int64_t a, int64_t b) { run(a * kUnit, std::min(w.N, b * kUnit)); });
+  parallel_rows(pool, w.N, 16, run);
 }
 
 }  // namespace hearth::cpu

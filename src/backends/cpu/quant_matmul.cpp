@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/quant_kernels.h"
 #include "backends/cpu/simd.h"
 #include "core/quant.h"
@@ -183,13 +184,7 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
   } else {
     run = [&](int64_t a, int64_t b) { rows_scalar(x, T, w, bias, y, a, b); };
   }
-  if (pool == nullptr) {
-    run(0, w.N);
-    return;
-  }
-  // Chunks in units of grain_rows so tiles stay whole.
-  const int64_t units = (w.N + grain_rows - 1) / grain_rows;
-  pool->parallel_for(units, 1, [&](int64_t a, int64_t b) { run(a * grain_rows, std::min(w.N, b * grain_rows)); });
+  parallel_rows(pool, w.N, grain_rows, run);
 }
 
 void affine_rows(const AffineMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/quant_kernels.h"
 #include "backends/cpu/simd.h"
 
@@ -317,14 +318,7 @@ void vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix
       w.bits == 4 ? gemm_range<4>(p, w, bias, y, a, b) : gemm_range<8>(p, w, bias, y, a, b);
     }
   };
-  if (pool == nullptr) {
-    run(0, w.N);
-    return;
-  }
-  // Units of 16 rows keep the row passes whole.
-  constexpr int64_t kUnit = 16;
-  pool->parallel_for((w.N + kUnit - 1) / kUnit, 1,
-                     [&](int64_t a, int64_t b) { run(a * kUnit, std::min(w.N, b * kUnit)); });
+  parallel_rows(pool, w.N, 16, run);
 }
 
 }  // namespace hearth::cpu
