@@ -43,8 +43,9 @@ export HF_HOME="$tmp/hf"
 unset HEARTH_DEMO_MODEL
 
 echo "+ $serve --port 0"
+: >"$tmp/serve.out"  # exists before the background shell opens it, for the loop below
 start_ms=$(date +%s%3N)
-bash -c "exec $serve --port 0" >"$tmp/serve.out" 2>"$tmp/serve.err" &
+bash -c "exec $serve --port 0" >>"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
 url=""
 for _ in $(seq 1 300); do
