@@ -32,14 +32,14 @@ function tokenIds(text) {
   return JSON.parse(String(r.stdout)).ids;
 }
 
-async function startBareHearth() {
+async function startBareHearth(extraArgs = []) {
   assert.ok(binary && process.env.HEARTH_SOURCE_DIR, "set HEARTH_BINARY and HEARTH_SOURCE_DIR");
-  work = mkdtempSync(join(tmpdir(), "hearth-ui-"));
-  mkdirSync(join(work, "hf"));
+  work ??= mkdtempSync(join(tmpdir(), "hearth-ui-"));
+  mkdirSync(join(work, "hf"), { recursive: true });
   // An empty HF cache: bare hearth falls back to the demo model next to its build directory.
   const env = { ...process.env, HF_HOME: join(work, "hf") };
   delete env.HEARTH_DEMO_MODEL;
-  const proc = spawn(binary, ["--port", "0", "--threads", "1"], { env, stdio: ["ignore", "pipe", "inherit"] });
+  const proc = spawn(binary, ["--port", "0", "--threads", "1", ...extraArgs], { env, stdio: ["ignore", "pipe", "inherit"] });
   let out = "";
   const url = await new Promise((resolve, reject) => {
     proc.stdout.on("data", (d) => {
@@ -94,13 +94,18 @@ before(async () => {
   await page.goto(server.url);
 });
 
-after(async () => {
-  if (browser) await browser.close();
-  if (server && server.proc.exitCode === null) {
-    const exited = new Promise((resolve) => server.proc.on("exit", resolve));
-    server.proc.kill("SIGTERM");
+// SIGTERM stops a server cleanly (exit 0).
+async function stopServer(s) {
+  if (s && s.proc.exitCode === null) {
+    const exited = new Promise((resolve) => s.proc.on("exit", resolve));
+    s.proc.kill("SIGTERM");
     assert.equal(await exited, 0);
   }
+}
+
+after(async () => {
+  if (browser) await browser.close();
+  await stopServer(server);
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
@@ -257,5 +262,33 @@ test("a refused request shows the server's error message", async () => {
   assert.ok(!(await storedConversations())[0].messages.some((m) => m.content === "Too long"));
   await screenshot("6-error");
   await setSetting("set-max-tokens", "12");
+  assert.deepEqual(pageErrors, []);
+});
+
+// With --api-key the page still loads (it holds no data), says the API refused it, and works
+// once the key is entered in the settings.
+test("a server with an API key: the page asks for it, then chats", async () => {
+  const keyed = await startBareHearth(["--api-key", "k-ui"]);
+  const p = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  try {
+    p.on("pageerror", (e) => pageErrors.push(e.message));
+    await p.goto(keyed.url);
+    await p.waitForSelector("#error:not([hidden])");
+    assert.match(await p.textContent("#error"), /\(401\).*API key/);
+    await p.evaluate(() => (document.getElementById("settings").open = true));
+    await p.fill("#set-api-key", "k-ui");
+    await p.waitForFunction(() => document.getElementById("model-name").textContent === "hearth-demo");
+    assert.equal(await p.isHidden("#error"), true);
+    await p.fill("#set-max-tokens", "8");
+    await p.fill("#input", "Hello");
+    await p.press("#input", "Enter");
+    await p.waitForFunction(() => !document.querySelector(".streaming") && document.querySelector(".message.assistant"));
+    assert.ok((await p.textContent(".message.assistant .content")).length > 0);
+    assert.equal(await p.isHidden("#error"), true);
+    await p.screenshot({ path: join(shots, "7-api-key.png"), fullPage: true });
+  } finally {
+    await p.close();
+    await stopServer(keyed);
+  }
   assert.deepEqual(pageErrors, []);
 });
