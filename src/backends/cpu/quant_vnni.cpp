@@ -273,7 +273,7 @@ HEARTH_VNNI void gemm_tile(const PreparedX& p, const AffineMatrix& w, const floa
 template <int kBits, int kR>
 void gemm_rows(const PreparedX& p, const AffineMatrix& w, const float* bias, float* y, int64_t n, int64_t t0,
                int64_t t1) {
-  constexpr int kTT = 3;
+  constexpr int kTT = 2;
   int64_t t = t0;
   for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kTT, kR>(p, w, bias, y, n, t);
   if (t1 - t == 2) gemm_tile<kBits, 2, kR>(p, w, bias, y, n, t);
