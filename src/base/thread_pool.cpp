@@ -11,7 +11,7 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = knobs::threads();
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -27,6 +27,7 @@ namespace {
 
 // How long a thread spins on a condition before it sleeps.
 constexpr std::chrono::microseconds kSpin{200};
+constexpr int kChunksPerThread = 4;
 
 // Spins until ready() or kSpin has passed; returns ready().
 template <typename Ready>
@@ -45,14 +46,28 @@ bool spin_until(Ready ready) {
 
 }  // namespace
 
-void ThreadPool::run_chunk(int index) {
-  if (index >= n_chunks_) return;
-  const int64_t begin = n_ * index / n_chunks_;
-  const int64_t end = n_ * (index + 1) / n_chunks_;
-  if (begin < end) (*fn_)(begin, end);
+// Claims and runs chunks of job `job` until none is left. next_ packs the job id (bits
+// 32..63), the chunk count (16..31) and the next chunk (0..15): a claim is valid only for the job
+// it names, so a thread that wakes late cannot touch a finished job.
+void ThreadPool::work(uint32_t job) {
+  uint64_t v = next_.load();
+  while (true) {
+    const uint64_t index = v & 0xffff, count = (v >> 16) & 0xffff;
+    if ((v >> 32) != job || index >= count) return;
+    if (!next_.compare_exchange_weak(v, v + 1)) continue;
+    // The job cannot finish before this chunk does, so fn_ and n_ stay valid.
+    const int64_t begin = n_ * static_cast<int64_t>(index) / static_cast<int64_t>(count);
+    const int64_t end = n_ * static_cast<int64_t>(index + 1) / static_cast<int64_t>(count);
+    if (begin < end) (*fn_)(begin, end);
+    if (chunks_done_.fetch_add(1) + 1 == static_cast<int>(count)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_one();
+    }
+    v = next_.load();
+  }
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   while (true) {
     auto has_job = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load() != seen; };
@@ -62,34 +77,35 @@ void ThreadPool::worker_loop(int index) {
     }
     if (stop_) return;
     seen = generation_.load();
-    run_chunk(index);
-    if (pending_.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_.notify_one();
-    }
+    work(static_cast<uint32_t>(seen));
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int chunks = static_cast<int>(std::min<int64_t>(n_threads_, (n + grain - 1) / grain));
-  if (chunks <= 1) {
+  // A few chunks per thread, claimed as threads come: a thread that the OS has descheduled
+  // (other processes on the machine) holds up one chunk, not a fixed share of the loop.
+  const int chunks =
+      static_cast<int>(std::min<int64_t>(int64_t{n_threads_} * kChunksPerThread, (n + grain - 1) / grain));
+  if (chunks <= 1 || n_threads_ == 1) {
     fn(0, n);
     return;
   }
   fn_ = &fn;
   n_ = n;
-  n_chunks_ = chunks;
-  pending_ = n_threads_ - 1;
+  chunks_done_ = 0;
+  uint32_t job = 0;
   {
     // Under the mutex, so that a worker between its check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(mutex_);
+    job = static_cast<uint32_t>(generation_.load() + 1);
+    next_ = (uint64_t{job} << 32) | (static_cast<uint64_t>(chunks) << 16);
     ++generation_;
   }
   wake_.notify_all();
-  run_chunk(0);
-  auto done = [&] { return pending_.load() == 0; };
+  work(job);
+  auto done = [&] { return chunks_done_.load() == chunks; };
   if (!spin_until(done)) {
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, done);

@@ -25,13 +25,14 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items,
-  // one chunk per thread at most. Returns when all chunks are done. Not reentrant.
+  // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items
+  // (a few per thread), each run once by whichever thread claims it. Returns when all chunks
+  // are done. Not reentrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void worker_loop(int index);
-  void run_chunk(int index);
+  void worker_loop();
+  void work(uint32_t job);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -43,8 +44,8 @@ class ThreadPool {
   // The current job, written before generation_ is bumped.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  int n_chunks_ = 0;
-  std::atomic<int> pending_{0};  // workers still running the current job
+  std::atomic<uint64_t> next_{0};  // job id | chunk count | next chunk (see work())
+  std::atomic<int> chunks_done_{0};
 };
 
 }  // namespace hearth
