@@ -64,12 +64,42 @@ struct RowHead {
     return cache + (slot * a.Hkv + kv_head) * a.Dh;
   }
 
+  // AVX-512 with Dh = 16 * kD: q and the output row stay in registers across the keys.
+  template <int kD>
+  HEARTH_AVX512 void run_in_registers(const float* q, float* out, int64_t seq, int64_t lo, int64_t c,
+                                      int64_t kv_head) const {
+    __m512 qv[kD], o[kD];
+    for (int i = 0; i < kD; ++i) {
+      qv[i] = _mm512_loadu_ps(q + 16 * i);
+      o[i] = _mm512_setzero_ps();
+    }
+    const int64_t n = c - lo + 1;
+    float mx = -INFINITY;
+    for (int64_t j = lo; j <= c; ++j) {
+      const float* k = kv_row(a.k_cache, seq, j, kv_head);
+      __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+      for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(k + 16 * i), acc);
+      const float s = _mm512_reduce_add_ps(acc) * a.scale;
+      scores[static_cast<size_t>(j - lo)] = s;
+      mx = std::max(mx, s);
+    }
+    const float inv = 1.0f / exp_sum_avx512(scores.data(), n, mx);
+    for (int64_t j = lo; j <= c; ++j) {
+      const __m512 p = _mm512_set1_ps(scores[static_cast<size_t>(j - lo)] * inv);
+      const float* v = kv_row(a.v_cache, seq, j, kv_head);
+      for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * i), o[i]);
+    }
+    for (int i = 0; i < kD; ++i) _mm512_storeu_ps(out + 16 * i, o[i]);
+  }
+
   void run(int64_t t, int64_t seq, int64_t h) const {
     const int64_t c = a.context_lens[seq] + t - a.seq_starts[seq];
     const int64_t lo = a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
     const int64_t kv_head = h / (a.Hq / a.Hkv);
     const float* q = a.q + (t * a.Hq + h) * a.Dh;
     float* out = a.out + (t * a.Hq + h) * a.Dh;
+    if (isa == Isa::kAvx512 && a.Dh == 128) return run_in_registers<8>(q, out, seq, lo, c, kv_head);
+    if (isa == Isa::kAvx512 && a.Dh == 64) return run_in_registers<4>(q, out, seq, lo, c, kv_head);
     const int64_t n = c - lo + 1;
     float mx = -INFINITY;
     for (int64_t j = lo; j <= c; ++j) {

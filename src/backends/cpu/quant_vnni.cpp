@@ -225,42 +225,60 @@ void decode_range(const PreparedX& p, const AffineMatrix& w, const float* bias, 
   for (int64_t n = n0; n < n1; ++n) decode_row<kBits, kT>(p, w, bias, y, n);
 }
 
-// Prefill: rows n .. n + kR of w against x rows t0 .. t0 + kTT.
+// Prefill reuses a panel of kR weight rows for every pair of x rows, so its scales are
+// converted once: per lane of each block (permuted to the lane's group) and its biases per group.
+struct Panel {
+  std::vector<float> lane_scale;  // [kR, blocks, 16]
+  std::vector<float> bias;        // [kR, padded_groups], zero past the last group
+};
+
+template <int kBits, int kR>
+HEARTH_VNNI void fill_panel(const PreparedX& p, const AffineMatrix& w, int64_t n, Panel& panel) {
+  const Layout& L = p.L;
+  panel.lane_scale.resize(static_cast<size_t>(kR * L.blocks * 16));
+  panel.bias.resize(static_cast<size_t>(kR * L.padded_groups));
+  for (int r = 0; r < kR; ++r) {
+    for (int64_t g0 = 0, b0 = 0; g0 < L.groups; g0 += kSuper, b0 += L.blocks_per_super) {
+      const RowParams rp = row_params<kBits>(w, n + r, L, g0);
+      _mm512_storeu_ps(panel.bias.data() + r * L.padded_groups + g0, rp.bias);
+      for (int64_t b = b0; b < std::min(L.blocks, b0 + L.blocks_per_super); ++b) {
+        const __m512i idx = _mm512_load_si512(p.lane_group.data() + (b - b0) * 16);
+        _mm512_storeu_ps(panel.lane_scale.data() + (r * L.blocks + b) * 16, _mm512_permutexvar_ps(idx, rp.scale));
+      }
+    }
+  }
+}
+
+// Rows n .. n + kR of w (their panel) against x rows t0 .. t0 + kTT.
 template <int kBits, int kTT, int kR>
-HEARTH_VNNI void gemm_tile(const PreparedX& p, const AffineMatrix& w, const float* bias, float* y, int64_t n,
-                           int64_t t0) {
+HEARTH_VNNI void gemm_tile(const PreparedX& p, const AffineMatrix& w, const Panel& panel, const float* bias, float* y,
+                           int64_t n, int64_t t0) {
   const Layout& L = p.L;
   const uint8_t* rows[kR];
   for (int r = 0; r < kR; ++r) rows[r] = reinterpret_cast<const uint8_t*>(w.packed) + (n + r) * L.row_bytes;
   __m512 acc[kR][kTT];
-  for (int r = 0; r < kR; ++r)
+  for (int r = 0; r < kR; ++r) {
     for (int t = 0; t < kTT; ++t) acc[r][t] = _mm512_setzero_ps();
-  alignas(64) float scales[kR][16];
-  for (int64_t g0 = 0, b0 = 0; g0 < L.groups; g0 += kSuper, b0 += L.blocks_per_super) {
+  }
+  // The bias terms: sum_g bias[r, g] * xsum[t, g].
+  for (int64_t g0 = 0; g0 < L.groups; g0 += kSuper) {
     for (int r = 0; r < kR; ++r) {
-      const RowParams rp = row_params<kBits>(w, n + r, L, g0);
-      _mm512_store_ps(scales[r], rp.scale);
+      const __m512 b = _mm512_loadu_ps(panel.bias.data() + r * L.padded_groups + g0);
       for (int t = 0; t < kTT; ++t) {
-        const float* xs = p.xsum.data() + (t0 + t) * L.padded_groups + g0;
-        acc[r][t] = _mm512_fmadd_ps(rp.bias, _mm512_loadu_ps(xs), acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(b, _mm512_loadu_ps(p.xsum.data() + (t0 + t) * L.padded_groups + g0), acc[r][t]);
       }
     }
-    const int64_t b1 = std::min(L.blocks, b0 + L.blocks_per_super);
-    for (int64_t b = b0; b < b1; ++b) {
-      const __m512i idx = _mm512_load_si512(p.lane_group.data() + (b - b0) * 16);
-      __m512i wlo[kR], whi[kR];
-      __m512 sl[kR];
+  }
+  for (int64_t b = 0; b < L.blocks; ++b) {
+    __m512i wlo[kR], whi[kR];
+    for (int r = 0; r < kR; ++r) unpack<kBits>(rows[r] + b * 64, wlo[r], whi[r]);
+    for (int t = 0; t < kTT; ++t) {
+      const size_t at = static_cast<size_t>(((t0 + t) * L.blocks + b) * 64);
+      const __m512 dxl = _mm512_loadu_ps(p.lane_dx.data() + ((t0 + t) * L.blocks + b) * 16);
       for (int r = 0; r < kR; ++r) {
-        unpack<kBits>(rows[r] + b * 64, wlo[r], whi[r]);
-        sl[r] = _mm512_permutexvar_ps(idx, _mm512_load_ps(scales[r]));
-      }
-      for (int t = 0; t < kTT; ++t) {
-        const size_t at = static_cast<size_t>(((t0 + t) * L.blocks + b) * 64);
-        const __m512 dxl = _mm512_loadu_ps(p.lane_dx.data() + ((t0 + t) * L.blocks + b) * 16);
-        for (int r = 0; r < kR; ++r) {
-          const __m512i d = block_dot<kBits>(wlo[r], whi[r], p.lo.data() + at, kBits == 4 ? p.hi.data() + at : nullptr);
-          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sl[r], dxl), acc[r][t]);
-        }
+        const __m512i d = block_dot<kBits>(wlo[r], whi[r], p.lo.data() + at, kBits == 4 ? p.hi.data() + at : nullptr);
+        const __m512 sl = _mm512_loadu_ps(panel.lane_scale.data() + (r * L.blocks + b) * 16);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sl, dxl), acc[r][t]);
       }
     }
   }
@@ -271,23 +289,24 @@ HEARTH_VNNI void gemm_tile(const PreparedX& p, const AffineMatrix& w, const floa
 }
 
 template <int kBits, int kR>
-void gemm_rows(const PreparedX& p, const AffineMatrix& w, const float* bias, float* y, int64_t n, int64_t t0,
-               int64_t t1) {
+void gemm_rows(const PreparedX& p, const AffineMatrix& w, Panel& panel, const float* bias, float* y, int64_t n,
+               int64_t t0, int64_t t1) {
   constexpr int kTT = 2;
+  fill_panel<kBits, kR>(p, w, n, panel);
   int64_t t = t0;
-  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kTT, kR>(p, w, bias, y, n, t);
-  if (t1 - t == 2) gemm_tile<kBits, 2, kR>(p, w, bias, y, n, t);
-  if (t1 - t == 1) gemm_tile<kBits, 1, kR>(p, w, bias, y, n, t);
+  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kTT, kR>(p, w, panel, bias, y, n, t);
+  if (t < t1) gemm_tile<kBits, 1, kR>(p, w, panel, bias, y, n, t);
 }
 
 template <int kBits>
 void gemm_range(const PreparedX& p, const AffineMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   constexpr int kR = 4;
+  Panel panel;
   for (int64_t t0 = 0; t0 < p.T; t0 += kTChunk) {
     const int64_t t1 = std::min(p.T, t0 + kTChunk);
     int64_t n = n0;
-    for (; n + kR <= n1; n += kR) gemm_rows<kBits, kR>(p, w, bias, y, n, t0, t1);
-    for (; n < n1; ++n) gemm_rows<kBits, 1>(p, w, bias, y, n, t0, t1);
+    for (; n + kR <= n1; n += kR) gemm_rows<kBits, kR>(p, w, panel, bias, y, n, t0, t1);
+    for (; n < n1; ++n) gemm_rows<kBits, 1>(p, w, panel, bias, y, n, t0, t1);
   }
 }
 
