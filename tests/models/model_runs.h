@@ -2,6 +2,10 @@
 // position, and a greedy continuation.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -32,6 +36,23 @@ inline std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& p
   std::vector<int32_t> out;
   while (auto ev = s.next()) out.push_back(ev->token);
   return out;
+}
+
+// Decode agrees with prefill: the greedy continuation of `prompt` (n tokens) is, at every step,
+// the argmax of the model's own prefill logits, up to rel_tol * (1 + |top|) (the two paths may
+// round differently, e.g. x to int8 per group in a different kernel).
+inline void expect_greedy_is_prefill_argmax(const Model& m, const std::vector<int32_t>& prompt, int64_t n,
+                                            float rel_tol) {
+  const std::vector<int32_t> gen = greedy(m, prompt, n);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), gen.begin(), gen.end() - 1);
+  const Tensor all = prefill_logits(m, seq);
+  const int64_t V = all.dim(1);
+  for (size_t i = 0; i < gen.size(); ++i) {
+    const float* row = all.data<float>() + (prompt.size() - 1 + i) * static_cast<size_t>(V);
+    const float top = *std::max_element(row, row + V);
+    EXPECT_GE(row[gen[i]], top - rel_tol * (1.0f + std::abs(top))) << "step " << i;
+  }
 }
 
 }  // namespace hearth::testing

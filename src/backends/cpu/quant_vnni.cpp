@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "backends/cpu/parallel_rows.h"
@@ -73,7 +72,10 @@ struct PreparedX {
 
 HEARTH_VNNI void prepare_row(const float* x, const Layout& L, int64_t t, bool lane_dx, PreparedX& p) {
   const int64_t K = L.K, gs = L.group_size;
-  std::vector<int8_t> q(static_cast<size_t>(K));
+  // 8 bits: the codes are the layout itself; 4 bits: a per-thread row, deinterleaved below.
+  thread_local std::vector<int8_t> row4;
+  if (L.bits == 4) row4.resize(static_cast<size_t>(K));
+  int8_t* q = L.bits == 8 ? p.lo.data() + t * L.blocks * 64 : row4.data();
   float* dx = p.dx.data() + t * L.padded_groups;
   float* xsum = p.xsum.data() + t * L.padded_groups;
   for (int64_t g = 0; g < L.groups; ++g) {
@@ -91,17 +93,15 @@ HEARTH_VNNI void prepare_row(const float* x, const Layout& L, int64_t t, bool la
     for (int64_t k = 0; k < gs; k += 16) {
       // Round to nearest (even), as lrint does under the default rounding mode.
       const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + k), inv));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q.data() + g * gs + k), _mm512_cvtepi32_epi8(v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * gs + k), _mm512_cvtepi32_epi8(v));
     }
   }
   int8_t* lo = p.lo.data() + t * L.blocks * 64;
-  if (L.bits == 8) {
-    std::memcpy(lo, q.data(), static_cast<size_t>(K));
-  } else {
+  if (L.bits == 4) {
     // Deinterleave each 128-byte block: as 16-bit words, the low bytes are the even elements.
     int8_t* hi = p.hi.data() + t * L.blocks * 64;
     for (int64_t b = 0; b < L.blocks; ++b) {
-      const __m512i w0 = _mm512_loadu_si512(q.data() + b * 128), w1 = _mm512_loadu_si512(q.data() + b * 128 + 64);
+      const __m512i w0 = _mm512_loadu_si512(q + b * 128), w1 = _mm512_loadu_si512(q + b * 128 + 64);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + b * 64), _mm512_cvtepi16_epi8(w0));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + b * 64 + 32), _mm512_cvtepi16_epi8(w1));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + b * 64), _mm512_cvtepi16_epi8(_mm512_srai_epi16(w0, 8)));
