@@ -56,8 +56,13 @@ int main(int argc, char** argv) {
   std::vector<float> wq_src(static_cast<size_t>(N * K));
   for (size_t i = 0; i < wq_src.size(); ++i) wq_src[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
   const hearth::Tensor wq_t = hearth::Tensor::from_f32({N, K}, wq_src.data());
-  const hearth::QuantizedMatrix q4 = hearth::affine_quantize(wq_t, {4, 64}, hearth::DType::kBF16);
-  const hearth::QuantizedMatrix q8 = hearth::affine_quantize(wq_t, {8, 64}, hearth::DType::kBF16);
+  // In 16-row panels, as the CPU backend loads 4- and 8-bit matrices on VNNI machines.
+  const bool panels = isa == hearth::cpu::Isa::kAvx512 && hearth::cpu::has_avx512_vnni();
+  auto quantize = [&](int bits) {
+    hearth::QuantizedMatrix q = hearth::affine_quantize(wq_t, {bits, 64}, hearth::DType::kBF16);
+    return panels ? hearth::affine_to_panels(q) : q;
+  };
+  const hearth::QuantizedMatrix q4 = quantize(4), q8 = quantize(8);
   wq_src.clear();
   wq_src.shrink_to_fit();
   std::printf("matvec [%lld x %lld], %s kernels, %.0f MB per matrix\n", static_cast<long long>(N),
@@ -77,9 +82,15 @@ int main(int argc, char** argv) {
       return bytes / s / 1e9;
     };
     auto qrate = [&](const hearth::QuantizedMatrix& q) {
-      const hearth::cpu::AffineMatrix m{
-          q.packed.data<uint32_t>(), q.scales.raw(), q.biases.raw(), q.scales.dtype(), q.spec.bits,
-          q.spec.group_size,         q.rows,         q.cols};
+      const hearth::cpu::AffineMatrix m{static_cast<const uint32_t*>(q.packed.raw()),
+                                        q.scales.raw(),
+                                        q.biases.raw(),
+                                        q.scales.dtype(),
+                                        q.spec.bits,
+                                        q.spec.group_size,
+                                        q.rows,
+                                        q.cols,
+                                        panels};
       const double s = best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(q.nbytes()) / s / 1e9;
     };

@@ -47,6 +47,14 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void drop_resident_pages(const void* data, size_t n) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data), end = begin + n;
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  // Advisory: a failure leaves the pages resident, which is only memory, never wrong data.
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path, "cannot open");

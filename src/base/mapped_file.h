@@ -27,6 +27,11 @@ class MappedFile {
   size_t size_;
 };
 
+// Gives back the resident pages wholly inside [data, data + n) of a read-only file mapping
+// (madvise DONTNEED): for data that was copied into another layout at load. The bytes stay
+// readable; a later read faults them in from the file again.
+void drop_resident_pages(const void* data, size_t n);
+
 // Reads a whole (small) file into a string; FileError when it cannot.
 std::string read_text_file(const std::string& path);
 

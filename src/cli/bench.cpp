@@ -89,6 +89,7 @@ double median(std::vector<double> v) {
 
 struct Rep {
   double prefill_tokens_per_second, ttft_seconds, decode_tokens_per_second;
+  double bandwidth = 0;  // bytes/s, probed right after this run
 };
 
 // One greedy generation of exactly gen_tokens tokens after the prompt.
@@ -143,7 +144,7 @@ void print_table(const json& j) {
   std::printf("%-10s %12s\n", "ttft", (ttft >= 1 ? fixed(ttft, 3) + " s" : fixed(ttft * 1e3, 2) + " ms").c_str());
   std::printf("%-10s %12s\n", tg.c_str(), (fixed(j["decode_tokens_per_second"].get<double>(), 2) + " tok/s").c_str());
   std::printf("%-10s %12s\n", "peak RSS", format_bytes(j["peak_rss_bytes"].get<uint64_t>()).c_str());
-  std::printf("%-10s %12s  (%s read, %s buffer, best of %d)\n", "bandwidth",
+  std::printf("%-10s %12s  (%s read, %s buffer, best of %d passes after each run)\n", "bandwidth",
               (fixed(bw["bytes_per_second"].get<double>() / 1e9, 1) + " GB/s").c_str(),
               bw["isa"].get<std::string>().c_str(), format_bytes(bw["buffer_bytes"].get<uint64_t>()).c_str(),
               bw["passes"].get<int>());
@@ -151,7 +152,7 @@ void print_table(const json& j) {
               decimal_bytes(rf["bytes_per_token"].get<double>()).c_str(),
               decimal_bytes(rf["weight_bytes_per_token"].get<double>()).c_str(),
               decimal_bytes(rf["kv_bytes_per_token"].get<double>()).c_str(), rf["mean_context"].get<double>());
-  std::printf("%-10s %12s  decode runs at %.0f%% of it\n", "roofline",
+  std::printf("%-10s %12s  each run's decode at a median %.0f%% of its own\n", "roofline",
               (fixed(rf["tokens_per_second"].get<double>(), 2) + " tok/s").c_str(),
               100 * rf["decode_fraction"].get<double>());
 }
@@ -165,9 +166,10 @@ int run_bench(const std::vector<std::string>& args) {
   std::string db_path;
   Flags f("bench", "MODEL [flags]",
           "Measures load time, prefill (ppN) and decode (tgN) speed, time to first token and peak\n"
-          "memory, then the machine's memory read bandwidth with the same threads, and reports decode\n"
-          "as a fraction of its roofline: bandwidth / bytes read per decoded token (weights at the\n"
-          "dtype the forward reads + the KV cache at the mean context). The prompt is random token\n"
+          "memory, and after each run the machine's memory read bandwidth with the same threads;\n"
+          "reports decode as a fraction of its roofline: bandwidth / bytes read per decoded token\n"
+          "(weights at the dtype the forward reads + the KV cache at the mean context), the median\n"
+          "of each run against the bandwidth probed after it. The prompt is random token\n"
           "ids from a fixed seed; decode is greedy and ignores end-of-sequence. Each run is recorded\n"
           "in the evals database (see hearth evals).");
   mf.declare(f);
@@ -205,25 +207,28 @@ int run_bench(const std::vector<std::string>& args) {
   const std::vector<int32_t> prompt = random_prompt(prompt_tokens, info.vocab_size);
   // Warm-up: fault in the mapped weights and the first KV pages; not measured.
   run_once(engine, std::vector<int32_t>(prompt.begin(), prompt.begin() + std::min<int64_t>(prompt_tokens, 16)), 2);
-  std::vector<Rep> runs;
-  for (int64_t r = 0; r < reps; ++r) {
-    runs.push_back(run_once(engine, prompt, gen_tokens));
-    std::fprintf(stderr, "bench: run %lld/%lld: pp %.1f tok/s, tg %.2f tok/s\n", static_cast<long long>(r + 1),
-                 static_cast<long long>(reps), runs.back().prefill_tokens_per_second,
-                 runs.back().decode_tokens_per_second);
-  }
-  const size_t peak_rss = peak_rss_bytes();  // before the probe's buffer
-  auto med = [&](double Rep::*field) {
-    std::vector<double> v;
-    for (const Rep& r : runs) v.push_back(r.*field);
-    return median(v);
-  };
-
-  std::fprintf(stderr, "bench: measuring read bandwidth\n");
+  // The bandwidth is probed right after each run: on a shared machine it drifts (other tenants'
+  // traffic), so each run's decode is set against the bandwidth of its own moment.
   Context ctx{pool.get(), kCpu};
   BandwidthProbe probe;
   probe.bytes = static_cast<size_t>(bandwidth_mib) << 20;
-  const BandwidthResult bw = measure_read_bandwidth(ctx, probe);
+  std::vector<Rep> runs;
+  size_t peak_rss = 0;
+  BandwidthResult bw;
+  for (int64_t r = 0; r < reps; ++r) {
+    runs.push_back(run_once(engine, prompt, gen_tokens));
+    if (r == 0) peak_rss = peak_rss_bytes();  // before the probe's buffer
+    bw = measure_read_bandwidth(ctx, probe);
+    runs.back().bandwidth = bw.bytes_per_second;
+    std::fprintf(stderr, "bench: run %lld/%lld: pp %.1f tok/s, tg %.2f tok/s, read bandwidth %.1f GB/s\n",
+                 static_cast<long long>(r + 1), static_cast<long long>(reps), runs.back().prefill_tokens_per_second,
+                 runs.back().decode_tokens_per_second, bw.bytes_per_second / 1e9);
+  }
+  auto med = [&](auto field) {
+    std::vector<double> v;
+    for (const Rep& r : runs) v.push_back(field(r));
+    return median(v);
+  };
 
   // KV bytes per token of context: K and V of every layer, at the cache's dtype.
   uint64_t kv_bytes_per_position = 0;
@@ -233,8 +238,12 @@ int run_bench(const std::vector<std::string>& args) {
   const double mean_context = static_cast<double>(prompt_tokens) + static_cast<double>(gen_tokens) / 2;
   const double kv_bytes = static_cast<double>(kv_bytes_per_position) * mean_context;
   const double bytes_per_token = static_cast<double>(weights.bytes_per_token) + kv_bytes;
-  const double roofline = bw.bytes_per_second / bytes_per_token;
-  const double decode = med(&Rep::decode_tokens_per_second);
+  const double bandwidth = med([](const Rep& r) { return r.bandwidth; });
+  const double roofline = bandwidth / bytes_per_token;
+  const double decode = med([](const Rep& r) { return r.decode_tokens_per_second; });
+  // The median of each run's fraction of its own roofline.
+  const double decode_fraction =
+      med([&](const Rep& r) { return r.decode_tokens_per_second * bytes_per_token / r.bandwidth; });
 
   json j;
   j["timestamp"] = utc_now();
@@ -259,11 +268,11 @@ int run_bench(const std::vector<std::string>& args) {
                    {"reps", reps},
                    {"prompt_seed", kPromptSeed}};
   j["load_seconds"] = load_seconds;
-  j["prefill_tokens_per_second"] = med(&Rep::prefill_tokens_per_second);
-  j["ttft_seconds"] = med(&Rep::ttft_seconds);
+  j["prefill_tokens_per_second"] = med([](const Rep& r) { return r.prefill_tokens_per_second; });
+  j["ttft_seconds"] = med([](const Rep& r) { return r.ttft_seconds; });
   j["decode_tokens_per_second"] = decode;
   j["peak_rss_bytes"] = peak_rss;
-  j["bandwidth"] = {{"bytes_per_second", bw.bytes_per_second},
+  j["bandwidth"] = {{"bytes_per_second", bandwidth},
                     {"buffer_bytes", bw.bytes},
                     {"passes", bw.passes},
                     {"threads", bw.threads},
@@ -273,12 +282,14 @@ int run_bench(const std::vector<std::string>& args) {
                    {"mean_context", mean_context},
                    {"bytes_per_token", bytes_per_token},
                    {"tokens_per_second", roofline},
-                   {"decode_fraction", decode / roofline}};
+                   {"decode_fraction", decode_fraction}};
   json per_run = json::array();
   for (const Rep& r : runs) {
     per_run.push_back({{"prefill_tokens_per_second", r.prefill_tokens_per_second},
                        {"ttft_seconds", r.ttft_seconds},
-                       {"decode_tokens_per_second", r.decode_tokens_per_second}});
+                       {"decode_tokens_per_second", r.decode_tokens_per_second},
+                       {"bandwidth_bytes_per_second", r.bandwidth},
+                       {"decode_fraction", r.decode_tokens_per_second * bytes_per_token / r.bandwidth}});
   }
   j["runs"] = per_run;
 
@@ -308,10 +319,10 @@ int run_bench(const std::vector<std::string>& args) {
     rec.ttft_seconds = j["ttft_seconds"];
     rec.decode_tokens_per_second = decode;
     rec.peak_rss_bytes = static_cast<int64_t>(peak_rss);
-    rec.bandwidth_bytes_per_second = bw.bytes_per_second;
+    rec.bandwidth_bytes_per_second = bandwidth;
     rec.bytes_per_token = bytes_per_token;
     rec.roofline_tokens_per_second = roofline;
-    rec.roofline_fraction = decode / roofline;
+    rec.roofline_fraction = decode_fraction;
     rec.json = j.dump(-1, ' ', false, json::error_handler_t::replace);
     const int64_t id = record_bench_run(db_path, rec);
     std::fprintf(stderr, "bench: recorded run %lld in %s\n", static_cast<long long>(id), db_path.c_str());

@@ -92,15 +92,18 @@ void expect_quantized(const QuantizedMatrix& w, const char* op) {
   const int64_t words = w.cols * w.spec.bits / 32, groups = w.cols / w.spec.group_size;
   expect(w.cols % w.spec.group_size == 0 && w.cols * w.spec.bits % 32 == 0, op,
          "columns " + std::to_string(w.cols) + " do not fit groups of " + std::to_string(w.spec.group_size));
-  expect(w.packed.dtype() == DType::kU32 && w.packed.shape() == Shape({w.rows, words}), op,
-         "expected packed [" + std::to_string(w.rows) + ", " + std::to_string(words) + "] u32, got " + w.packed.str());
+  const bool panels = w.layout == AffineLayout::kPanels16;
+  const int64_t P = (w.rows + 15) / 16;
+  const Shape packed = panels ? Shape({P, w.cols * w.spec.bits / 8 * 16}) : Shape({w.rows, words});
+  const Shape params = panels ? Shape({P, groups, 16}) : Shape({w.rows, groups});
+  const DType code_type = panels ? DType::kU8 : DType::kU32;
+  expect(w.packed.dtype() == code_type && w.packed.shape() == packed, op,
+         "expected packed " + packed.str() + " " + std::string(dtype_name(code_type)) + ", got " + w.packed.str());
   for (const Tensor* t : {&w.scales, &w.biases}) {
     if (t == &w.biases && w.symmetric()) continue;
-    expect(
-        t->defined() && is_float(t->dtype()) && t->dtype() == w.scales.dtype() && t->shape() == Shape({w.rows, groups}),
-        op,
-        "expected scales and biases [" + std::to_string(w.rows) + ", " + std::to_string(groups) +
-            "] of one float dtype, got " + (t->defined() ? t->str() : "none"));
+    expect(t->defined() && is_float(t->dtype()) && t->dtype() == w.scales.dtype() && t->shape() == params, op,
+           "expected scales and biases " + params.str() + " of one float dtype, got " +
+               (t->defined() ? t->str() : "none"));
   }
 }
 

@@ -196,19 +196,71 @@ Tensor dequantize(const QuantizedMatrix& q) {
 
 Tensor affine_dequantize(const QuantizedMatrix& q) {
   const int64_t groups = q.cols / q.spec.group_size, words = q.cols * q.spec.bits / 32;
+  const bool panels = q.layout == AffineLayout::kPanels16;
   Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);
   std::vector<float> s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
   const DType st = q.scales.dtype();
   const size_t es = dtype_size(st);
   for (int64_t n = 0; n < q.rows; ++n) {
     for (int64_t g = 0; g < groups; ++g) {
-      s[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.scales.raw()) + (n * groups + g) * es, st);
+      const int64_t at = panels ? panel_param_index(n, g, groups) : n * groups + g;
+      s[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.scales.raw()) + at * es, st);
       b[static_cast<size_t>(g)] = q.symmetric()
                                       ? -static_cast<float>(1 << (q.spec.bits - 1)) * s[static_cast<size_t>(g)]
-                                      : load(static_cast<const uint8_t*>(q.biases.raw()) + (n * groups + g) * es, st);
+                                      : load(static_cast<const uint8_t*>(q.biases.raw()) + at * es, st);
     }
-    affine_dequantize_row(q.packed.data<uint32_t>() + n * words, s.data(), b.data(), q.cols, q.spec,
-                          out.data<float>() + n * q.cols);
+    float* row = out.data<float>() + n * q.cols;
+    if (!panels) {
+      affine_dequantize_row(q.packed.data<uint32_t>() + n * words, s.data(), b.data(), q.cols, q.spec, row);
+      continue;
+    }
+    for (int64_t k = 0; k < q.cols; ++k) {
+      const auto g = static_cast<size_t>(k / q.spec.group_size);
+      row[k] = s[g] * static_cast<float>(panel_code(q.packed.data<uint8_t>(), q.cols, q.spec.bits, n, k)) + b[g];
+    }
+  }
+  return out;
+}
+
+QuantizedMatrix affine_to_panels(const QuantizedMatrix& q) {
+  if (q.is_ggml() || q.layout != AffineLayout::kRows || (q.spec.bits != 4 && q.spec.bits != 8))
+    throw InputError("only 4- and 8-bit affine matrices in rows interleave into panels, not " + q.str());
+  const int64_t N = q.rows, K = q.cols, P = (N + 15) / 16, groups = K / q.spec.group_size;
+  const int bits = q.spec.bits;
+  const int64_t steps = K / (bits == 8 ? 4 : 8), words = K * bits / 32;
+  QuantizedMatrix out = q;
+  out.layout = AffineLayout::kPanels16;
+  out.packed = Tensor::zeros({P, K * bits / 8 * 16}, DType::kU8);
+  uint8_t* dst = out.packed.data<uint8_t>();
+  for (int64_t n = 0; n < N; ++n) {
+    // A step's 4 bytes are 4 bytes of the row in both widths; 4 bits reorder their nibbles
+    // from element order (k in nibble k) to byte i = (i, i + 4).
+    const auto* row = reinterpret_cast<const uint8_t*>(q.packed.data<uint32_t>() + n * words);
+    uint8_t* lane = dst + (n / 16) * steps * 64 + (n % 16) * 4;
+    for (int64_t j = 0; j < steps; ++j) {
+      uint32_t w;
+      std::memcpy(&w, row + j * 4, 4);
+      if (bits == 4) {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; ++i)
+          v |= ((w >> (4 * i)) & 0xfu) << (8 * i) | ((w >> (4 * i + 16)) & 0xfu) << (8 * i + 4);
+        w = v;
+      }
+      std::memcpy(lane + j * 64, &w, 4);
+    }
+  }
+  // Parameters: [N, groups] -> [P, groups, 16].
+  const size_t es = dtype_size(q.scales.dtype());
+  for (Tensor* t : {&out.scales, &out.biases}) {
+    if (!t->defined()) continue;
+    const Tensor src = *t;
+    *t = Tensor::zeros({P, groups, 16}, src.dtype());
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t g = 0; g < groups; ++g) {
+        std::memcpy(static_cast<uint8_t*>(t->raw()) + panel_param_index(n, g, groups) * es,
+                    static_cast<const uint8_t*>(src.raw()) + (n * groups + g) * es, es);
+      }
+    }
   }
   return out;
 }

@@ -34,13 +34,27 @@ enum class QuantFormat : uint8_t {
   kGgml,    // ggml blocks: ggml_type, packed u8 blocks
 };
 
+// Where an affine matrix's codes and parameters lie in memory.
+enum class AffineLayout : uint8_t {
+  kRows,  // as MLX stores them: packed [N, K * bits / 32] u32, scales and biases [N, groups]
+  // Rows interleaved in panels of 16 (4 and 8 bits), the layout of the CPU's int8 dot-product
+  // kernels, made at load (affine_to_panels): packed [P, K * bits / 8 * 16] u8, P = ceil(N / 16),
+  // the last panel's extra lanes zero. Panel p is a run of 64-byte steps; step j gives lane r
+  // (row 16p + r) 4 bytes: 8 bits: the codes of elements 4j .. 4j + 3; 4 bits: byte i holds
+  // element 8j + i in its low and 8j + 4 + i in its high nibble. One step of a vector dot
+  // therefore meets 4 (or 2 x 4) consecutive x values, broadcast to every lane, and all 16
+  // lanes stay in one group. scales, biases: [P, groups, 16], zero in the extra lanes.
+  kPanels16,
+};
+
 struct QuantizedMatrix {
   QuantFormat format = QuantFormat::kAffine;
-  QuantSpec spec;                        // kAffine
-  GgmlType ggml_type = GgmlType::kQ8_0;  // kGgml
-  int64_t rows = 0, cols = 0;            // the logical [N, K]
-  Tensor packed;                         // kAffine: [N, K * bits / 32] u32; kGgml: [N, row_bytes] u8
-  Tensor scales, biases;                 // kAffine: [N, K / group_size], one float dtype
+  AffineLayout layout = AffineLayout::kRows;  // kAffine
+  QuantSpec spec;                             // kAffine
+  GgmlType ggml_type = GgmlType::kQ8_0;       // kGgml
+  int64_t rows = 0, cols = 0;                 // the logical [N, K]
+  Tensor packed;                              // kAffine: [N, K * bits / 32] u32; kGgml: [N, row_bytes] u8
+  Tensor scales, biases;                      // kAffine: [N, K / group_size], one float dtype
   bool defined() const { return packed.defined(); }
   bool is_ggml() const { return format == QuantFormat::kGgml; }
   // kAffine without biases (ggml_type names the GGUF type it came from).
@@ -61,6 +75,17 @@ QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor
 // Q4_0 / Q8_0 blocks as symmetric affine codes with f16 scales, groups of 32: the same values
 // and the same bytes per weight (18 / 34 per 32), in the layout the affine kernels read. A copy.
 QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q);
+
+// The same matrix in AffineLayout::kPanels16 (a copy; bits 4 or 8, kRows layout in).
+QuantizedMatrix affine_to_panels(const QuantizedMatrix& q);
+// kPanels16 addressing: the code of element (n, k) and the index of (n, group g) in scales.
+inline uint32_t panel_code(const uint8_t* panels, int64_t K, int bits, int64_t n, int64_t k) {
+  const int64_t lane = n % 16, per_step = bits == 8 ? 4 : 8, step = (n / 16) * (K / per_step) + k / per_step;
+  const int64_t e = k % per_step;
+  const uint8_t byte = panels[step * 64 + lane * 4 + e % 4];
+  return bits == 8 ? byte : (e < 4 ? byte & 0x0fu : byte >> 4);
+}
+inline int64_t panel_param_index(int64_t n, int64_t g, int64_t groups) { return ((n / 16) * groups + g) * 16 + n % 16; }
 
 // The reference codec, one row at a time (K a multiple of group_size).
 // MLX's quantizer: per group, the scale spans [min, max] over 2^bits - 1 steps, anchored so

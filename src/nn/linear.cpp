@@ -1,5 +1,7 @@
 #include "nn/linear.h"
 
+#include "base/mapped_file.h"
+#include "core/backend.h"
 #include "core/ops.h"
 
 namespace hearth {
@@ -59,15 +61,28 @@ QuantizedMatrix WeightLoader::ggml_blocks(const std::string& name, GgmlType type
     throw FileError(store_.source(), quoted(name) + " is " + info.name + " " + got + ", expected [" +
                                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
   }
-  QuantizedMatrix q = ggml_quantized(type, rows, cols, blocks);
-  // Q4_0 and Q8_0 are symmetric affine codes: repacked once, they take the affine kernels.
-  if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) return ggml_to_affine(q);
-  return q;
+  return ggml_quantized(type, rows, cols, blocks);
 }
 
 QuantizedMatrix WeightLoader::quantized(const std::string& prefix, int64_t rows, int64_t cols) const {
-  if (const std::optional<GgmlType> type = store_.block_type(prefix + ".weight"))
-    return ggml_blocks(prefix + ".weight", *type, rows, cols);
+  const std::optional<GgmlType> type = store_.block_type(prefix + ".weight");
+  const QuantizedMatrix stored = type ? ggml_blocks(prefix + ".weight", *type, rows, cols) : affine(prefix, rows, cols);
+  if (!stored.defined()) return stored;
+  QuantizedMatrix q = stored;
+  // Q4_0 and Q8_0 are symmetric affine codes: repacked once, they take the affine kernels.
+  if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) q = ggml_to_affine(q);
+  q = backend_for(options_.device).prepare(q);
+  // What was copied into another layout need not stay resident in the mapped file.
+  for (const Tensor* t : {&stored.packed, &stored.scales, &stored.biases}) {
+    const bool kept =
+        t->defined() && (t->raw() == q.packed.raw() || (q.scales.defined() && t->raw() == q.scales.raw()) ||
+                         (q.biases.defined() && t->raw() == q.biases.raw()));
+    if (t->defined() && t->is_view_of_external() && !kept) drop_resident_pages(t->raw(), t->nbytes());
+  }
+  return q;
+}
+
+QuantizedMatrix WeightLoader::affine(const std::string& prefix, int64_t rows, int64_t cols) const {
   QuantizedMatrix q;
   if (!store_.has(prefix + ".scales")) return q;
   const std::optional<QuantSpec> spec = quant_.spec_for(prefix);

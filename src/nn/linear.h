@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/context.h"
+#include "core/device.h"
 #include "core/tensor.h"
 #include "formats/quant_config.h"
 #include "formats/weight_source.h"
@@ -14,6 +15,9 @@ namespace hearth {
 struct LoadOptions {
   // Convert matrices to this dtype at load time (tests, --dtype); default keeps the file's.
   std::optional<DType> weight_dtype;
+  // The device the model runs on: quantized matrices take its backend's layout at load
+  // (Backend::prepare).
+  Device device = kCpu;
 };
 
 // Reads tensors, by Hugging Face name, from a WeightSource (a safetensors directory or a GGUF
@@ -40,6 +44,7 @@ class WeightLoader {
  private:
   std::string quoted(const std::string& name) const { return "tensor '" + store_.stored_name(name) + "'"; }
   QuantizedMatrix ggml_blocks(const std::string& name, GgmlType type, int64_t rows, int64_t cols) const;
+  QuantizedMatrix affine(const std::string& prefix, int64_t rows, int64_t cols) const;
 
   const WeightSource& store_;
   LoadOptions options_;

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/isa.h"
 #include "backends/cpu/quant_kernels.h"
+#include "base/error.h"
 
 namespace hearth {
 namespace {
@@ -93,6 +94,28 @@ TEST(AffineQuant, BadSpecsAreRefused) {
 }
 
 // Every ISA and both paths (decode T <= 4, prefill tiles) against the scalar reference.
+// Panels hold the same values: dequantizing either layout gives the same matrix, for any N
+// (the last panel is padded) and with or without biases.
+TEST(AffineQuant, PanelsHoldTheSameMatrix) {
+  for (int64_t N : {1, 16, 45})
+    for (const QuantSpec& spec : {QuantSpec{4, 32}, QuantSpec{4, 128}, QuantSpec{8, 64}}) {
+      const int64_t K = 256;
+      const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 7, 0.05f);
+      QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, DType::kBF16);
+      for (bool symmetric : {false, true}) {
+        if (symmetric) q.biases = Tensor();
+        const QuantizedMatrix p = affine_to_panels(q);
+        EXPECT_EQ(p.layout, AffineLayout::kPanels16);
+        EXPECT_EQ(p.symmetric(), symmetric);
+        const Tensor a = affine_dequantize(q), b = affine_dequantize(p);
+        for (int64_t i = 0; i < N * K; ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+      }
+    }
+  const std::vector<float> wf = random_floats(64 * 96, 3);
+  const QuantizedMatrix three = affine_quantize(Tensor::from_f32({64, 96}, wf.data()), {3, 32}, DType::kF32);
+  EXPECT_THROW(affine_to_panels(three), InputError);
+}
+
 TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
   const int64_t N = 45;
   // K = 2304 spans several 16-group super-blocks of the VNNI kernels, with a partial last one.
@@ -103,10 +126,23 @@ TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
         const QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st);
         const cpu::AffineMatrix m{
             q.packed.data<uint32_t>(), q.scales.raw(), q.biases.raw(), st, spec.bits, spec.group_size, N, K};
+        // 4 and 8 bits also run from 16-row panels (the layout the CPU backend loads them in
+        // on VNNI machines), through the scalar reference and the integer kernels.
+        const bool has_panels = spec.bits == 4 || spec.bits == 8;
+        const QuantizedMatrix qp = has_panels ? affine_to_panels(q) : QuantizedMatrix{};
+        const cpu::AffineMatrix mp{has_panels ? static_cast<const uint32_t*>(qp.packed.raw()) : nullptr,
+                                   has_panels ? qp.scales.raw() : nullptr,
+                                   has_panels ? qp.biases.raw() : nullptr,
+                                   st,
+                                   spec.bits,
+                                   spec.group_size,
+                                   N,
+                                   K,
+                                   true};
         const std::vector<float> bias = random_floats(static_cast<size_t>(N), 5);
         const Tensor biases_f32 = q.biases.to(DType::kF32);
         const std::vector<float> biases(biases_f32.data<float>(), biases_f32.data<float>() + biases_f32.numel());
-        for (int64_t T : {1, 3, 4, 9}) {
+        for (int64_t T : {1, 3, 4, 9, 70}) {
           const std::vector<float> x = random_floats(static_cast<size_t>(T * K), 11 + T);
           std::vector<float> ref(static_cast<size_t>(T * N)), got(ref.size());
           cpu::affine_matmul(cpu::Isa::kScalar, nullptr, x.data(), T, m, bias.data(), ref.data());
@@ -136,12 +172,17 @@ TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
             }
           }
           ThreadPool pool(2);
-          for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
-            if (!cpu::isa_supported(isa)) continue;
-            cpu::affine_matmul(isa, &pool, x.data(), T, m, bias.data(), got.data());
-            for (size_t i = 0; i < got.size(); ++i) {
-              ASSERT_NEAR(got[i], ref[i], int8_bound[i] + 2e-5f * (1.0f + std::abs(ref[i])))
-                  << spec.bits << "-bit g" << spec.group_size << " T=" << T << " i=" << i;
+          for (const cpu::AffineMatrix* w : {&m, &mp}) {
+            if (w == &mp && !has_panels) continue;
+            for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+              if (!cpu::isa_supported(isa)) continue;
+              cpu::affine_matmul(isa, &pool, x.data(), T, *w, bias.data(), got.data());
+              const float slack = isa == cpu::Isa::kScalar ? 0.0f : 1.0f;
+              for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_NEAR(got[i], ref[i], slack * int8_bound[i] + 2e-5f * (1.0f + std::abs(ref[i])))
+                    << spec.bits << "-bit g" << spec.group_size << " T=" << T << " i=" << i
+                    << (w->panels ? " panels " : " rows ") << cpu::isa_name(isa);
+              }
             }
           }
         }

@@ -34,14 +34,22 @@ class CpuBackend final : public Backend {
   }
 
   static cpu::AffineMatrix affine(const QuantizedMatrix& w) {
-    return {w.packed.data<uint32_t>(),
+    return {static_cast<const uint32_t*>(w.packed.raw()),
             w.scales.raw(),
             w.biases.defined() ? w.biases.raw() : nullptr,
             w.scales.dtype(),
             w.spec.bits,
             w.spec.group_size,
             w.rows,
-            w.cols};
+            w.cols,
+            w.layout == AffineLayout::kPanels16};
+  }
+
+  // 4- and 8-bit affine matrices become 16-row panels where the int8 dot-product kernels run.
+  QuantizedMatrix prepare(const QuantizedMatrix& w) override {
+    const bool panels_pay = !w.is_ggml() && w.layout == AffineLayout::kRows && (w.spec.bits == 4 || w.spec.bits == 8) &&
+                            active_isa() == Isa::kAvx512 && has_avx512_vnni();
+    return panels_pay ? affine_to_panels(w) : w;
   }
 
   static cpu::GgmlMatrix ggml(const QuantizedMatrix& w) {

@@ -12,6 +12,8 @@ namespace hearth::cpu {
 // One quantized matrix as raw pointers: packed [N, K * bits / 32] u32, scales and biases
 // [N, K / group_size] of scale_type. Null biases: symmetric codes, w = scale * (q - 2^(bits-1))
 // (GGUF Q4_0/Q8_0 as loaded).
+// panels: AffineLayout::kPanels16 (core/quant.h): packed is then the panels' bytes and
+// scales/biases [ceil(N / 16), groups, 16].
 struct AffineMatrix {
   const uint32_t* packed;
   const void* scales;
@@ -20,6 +22,7 @@ struct AffineMatrix {
   int bits;
   int group_size;
   int64_t N, K;
+  bool panels = false;
 };
 
 // x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias. 4- and 8-bit rows
@@ -28,12 +31,11 @@ struct AffineMatrix {
 void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
                    float* y);
 
-// The integer kernels (quant_vnni.cpp): 4 bits with K % 128 == 0, 8 bits with K % 64 == 0, on
-// a CPU with AVX-512 VNNI. x is rounded to int8 per group (step max|x| / 127); up to
+// The integer kernels on 16-row panels (quant_panels.cpp), for a CPU with AVX-512 VNNI
+// (has_avx512_vnni()). x is rounded to int8 per group (step max|x| / 127); up to
 // kVnniDecodeRows rows of x take the decode kernel, more the register-tiled prefill kernel.
 constexpr int64_t kVnniDecodeRows = 4;
-bool vnni_supports(const AffineMatrix& w);
-void vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y);
+void panel_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y);
 
 // Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
 void affine_rows(const AffineMatrix& w, const int32_t* ids, int64_t n_ids, float* out);

@@ -1,7 +1,7 @@
 // y = x w^T for MLX affine-quantized w (core/quant.h). On AVX-512 VNNI, 4- and 8-bit
-// matrices take the integer kernels of quant_vnni.cpp; this file has the scalar reference and
-// the float paths for other widths and ISAs. Decode (few rows of x) is bandwidth bound: each
-// weight row is read once and unpacked in registers. Per group g of a row,
+// matrices are loaded as 16-row panels and take the integer kernels of quant_panels.cpp; this
+// file has the scalar reference (either layout) and the float paths for other widths and ISAs. Decode (few rows of x)
+// is bandwidth bound: each weight row is read once and unpacked in registers. Per group g of a row,
 //   sum_k x[k] (s q[k] + b) = s * sum_k q[k] x[k] + b * sum_k x[k],
 // so the kernel needs only the code-weighted dot; the group sums of x are computed once per
 // call. For 4 bits, byte j of a 32-element chunk holds elements 2j (low nibble) and 2j + 1
@@ -34,16 +34,24 @@ float scale_at(const void* p, DType t, int64_t i) {
 void row_params(const AffineMatrix& w, int64_t n, float* s, float* b) {
   const int64_t groups = w.K / w.group_size;
   for (int64_t g = 0; g < groups; ++g) {
-    s[g] = scale_at(w.scales, w.scale_type, n * groups + g);
+    const int64_t at = w.panels ? panel_param_index(n, g, groups) : n * groups + g;
+    s[g] = scale_at(w.scales, w.scale_type, at);
     // Without biases the codes are symmetric around 2^(bits-1) (GGUF Q4_0/Q8_0 as loaded).
-    b[g] = w.biases != nullptr ? scale_at(w.biases, w.scale_type, n * groups + g)
-                               : -static_cast<float>(1 << (w.bits - 1)) * s[g];
+    b[g] = w.biases != nullptr ? scale_at(w.biases, w.scale_type, at) : -static_cast<float>(1 << (w.bits - 1)) * s[g];
   }
 }
 
 void dequantize_row(const AffineMatrix& w, int64_t n, float* s, float* b, float* out) {
   row_params(w, n, s, b);
-  affine_dequantize_row(w.packed + n * (w.K * w.bits / 32), s, b, w.K, QuantSpec{w.bits, w.group_size}, out);
+  if (!w.panels) {
+    affine_dequantize_row(w.packed + n * (w.K * w.bits / 32), s, b, w.K, QuantSpec{w.bits, w.group_size}, out);
+    return;
+  }
+  const auto* panels = reinterpret_cast<const uint8_t*>(w.packed);
+  for (int64_t k = 0; k < w.K; ++k) {
+    const int64_t g = k / w.group_size;
+    out[k] = s[g] * static_cast<float>(panel_code(panels, w.K, w.bits, n, k)) + b[g];
+  }
 }
 
 // The scalar reference: dequantize the row, then a plain dot.
@@ -169,11 +177,11 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
   std::function<void(int64_t, int64_t)> run;
   std::vector<float> xq, xsum;
   int64_t grain_rows = 16;
-  if (isa == Isa::kAvx512 && vnni_supports(w)) {
-    vnni_matmul(pool, x, T, w, bias, y);
+  if (w.panels && isa == Isa::kAvx512 && has_avx512_vnni()) {
+    panel_matmul(pool, x, T, w, bias, y);
     return;
   }
-  if (isa == Isa::kAvx512 && fast_bits && T <= kDecodeRows) {
+  if (isa == Isa::kAvx512 && fast_bits && !w.panels && T <= kDecodeRows) {
     if (w.bits == 4) xq = permute_nibbles(x, T, w.K);
     xsum = group_sums(x, T, w.K, w.group_size);
     const float* xp = w.bits == 4 ? xq.data() : x;

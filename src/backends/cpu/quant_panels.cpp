@@ -1,0 +1,270 @@
+// Integer kernels for 4- and 8-bit affine matrices in 16-row panels (AffineLayout::kPanels16,
+// core/quant.h) on AVX-512 VNNI: y = x w^T.
+//
+// Per group g of weight row n (scale s, bias b, codes q) and x row t,
+//   sum_k x[k] (s q[k] + b) ~= s dx sum_k q[k] xq[k] + b sum_k x[k],
+// where x is rounded to int8 per group (xq = round(x / dx), dx = max|x| / 127, as llama.cpp
+// rounds x per block for its Q4_0/Q8_0 dots) and the group sums of x are exact.
+//
+// A panel step is 64 bytes: 4 bytes of codes for each of 16 rows, all at the same 4 (8-bit) or
+// 2 x 4 (4-bit) elements. vpdpbusd multiplies them with those 4 x bytes broadcast to every
+// lane, so lane r accumulates row r's int32 dot over the whole group before one float step per
+// group: y[t, rows] += cvt(isum) * (s[rows] * dx[t, g]) + b[rows] * xsum[t, g]. The 16 rows'
+// results come out as one vector: no horizontal sums, no per-lane scale shuffles.
+//
+// Decode (T <= kVnniDecodeRows): each panel is read once for all x rows, as one stream, with a
+// software prefetch ahead of it. Prefill: a register tile of kR panels x kTT x rows, so each
+// unpacked weight vector meets kTT x rows; x is taken in chunks that stay in L2.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/parallel_rows.h"
+#include "backends/cpu/quant_kernels.h"
+#include "backends/cpu/simd.h"
+
+#define HEARTH_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kTChunk = 64;           // x rows per prefill chunk
+constexpr int64_t kPrefetchBytes = 2048;  // decode: software prefetch distance along a panel
+
+// x rounded to int8 per group, in natural order.
+struct PreparedX {
+  int64_t T = 0, K = 0, groups = 0;
+  int group_size = 0;
+  std::vector<int8_t> q;        // [T, K]
+  std::vector<float> dx, xsum;  // [T, groups]
+};
+
+HEARTH_VNNI void prepare_row(const float* x, PreparedX& p, int64_t t) {
+  const int64_t gs = p.group_size;
+  int8_t* q = p.q.data() + t * p.K;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const float* xg = x + g * gs;
+    __m512 amax = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+    for (int64_t k = 0; k < gs; k += 16) {
+      const __m512 v = _mm512_loadu_ps(xg + k);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+      sum = _mm512_add_ps(sum, v);
+    }
+    const float m = _mm512_reduce_max_ps(amax);
+    p.dx[static_cast<size_t>(t * p.groups + g)] = m / 127.0f;
+    p.xsum[static_cast<size_t>(t * p.groups + g)] = _mm512_reduce_add_ps(sum);
+    const __m512 inv = _mm512_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+    for (int64_t k = 0; k < gs; k += 16) {
+      // Round to nearest (even), as lrint does under the default rounding mode.
+      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + k), inv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + g * gs + k), _mm512_cvtepi32_epi8(v));
+    }
+  }
+}
+
+void prepare_x(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, PreparedX& p) {
+  p.T = T;
+  p.K = w.K;
+  p.group_size = w.group_size;
+  p.groups = w.K / w.group_size;
+  p.q.resize(static_cast<size_t>(T * w.K));
+  p.dx.resize(static_cast<size_t>(T * p.groups));
+  p.xsum.resize(p.dx.size());
+  auto rows = [&](int64_t a, int64_t b) {
+    for (int64_t t = a; t < b; ++t) prepare_row(x + t * w.K, p, t);
+  };
+  if (pool != nullptr && T > 1) {
+    pool->parallel_for(T, 1, rows);
+  } else {
+    rows(0, T);
+  }
+}
+
+// The 16 lanes' scale (or bias) of group g of panel p, as f32.
+HEARTH_VNNI inline __m512 load_params(const void* base, DType t, int64_t p, int64_t groups, int64_t g) {
+  const int64_t at = (p * groups + g) * 16;
+  if (t == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(base) + at);
+  const uint16_t* h = static_cast<const uint16_t*>(base) + at;
+  return t == DType::kBF16 ? simd::load16_bf16(h, 0xffff) : simd::load16_f16(h, 0xffff);
+}
+
+template <int kBits>
+HEARTH_VNNI inline __m512 group_bias(const AffineMatrix& w, __m512 scale, int64_t p, int64_t groups, int64_t g) {
+  // Symmetric codes (no biases): w = s (q - 2^(bits-1)).
+  if (w.biases == nullptr) return _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
+  return load_params(w.biases, w.scale_type, p, groups, g);
+}
+
+HEARTH_VNNI inline __m512i broadcast4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// One step's codes as the vectors vpdpbusd takes: 8 bits as they are; 4 bits split into the
+// low nibbles (elements +0..3 of each lane) and the high nibbles (+4..7).
+template <int kBits>
+HEARTH_VNNI inline void unpack(const uint8_t* src, __m512i& lo, __m512i& hi) {
+  const __m512i v = _mm512_loadu_si512(src);
+  if constexpr (kBits == 4) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    lo = _mm512_and_si512(v, low4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  } else {
+    lo = v;
+    hi = v;
+  }
+}
+
+// Stores the 16 lanes of panel p for x row t (fewer in the last panel) plus the bias.
+HEARTH_VNNI inline void store_rows(__m512 acc, const float* bias, float* y, int64_t N, int64_t p, int64_t t) {
+  const int64_t n0 = p * 16;
+  const __mmask16 m = simd::tail_mask16(N - n0);
+  if (bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, bias + n0));
+  _mm512_mask_storeu_ps(y + t * N + n0, m, acc);
+}
+
+// Decode: panels p0 .. p1 against all kT rows of x. Two int32 accumulators per x row (the
+// 4-bit halves, or alternate 8-bit steps) keep two vpdpbusd chains in flight.
+template <int kBits, int kT>
+HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p0,
+                               int64_t p1) {
+  constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
+  const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
+  const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = codes + p * K * kBits * 2;
+    __m512 acc[kT];
+    for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      __m512i s0[kT], s1[kT];
+      for (int t = 0; t < kT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+      const int64_t k0 = g * gs;
+      for (int64_t j = 0; j < steps; ++j, src += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchBytes), _MM_HINT_T0);
+        __m512i lo, hi;
+        unpack<kBits>(src, lo, hi);
+        const int64_t k = k0 + j * kPerStep;
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* xq = x.q.data() + t * K + k;
+          if constexpr (kBits == 4) {
+            s0[t] = _mm512_dpbusd_epi32(s0[t], lo, broadcast4(xq));
+            s1[t] = _mm512_dpbusd_epi32(s1[t], hi, broadcast4(xq + 4));
+          } else if (j % 2 == 0) {
+            s0[t] = _mm512_dpbusd_epi32(s0[t], lo, broadcast4(xq));
+          } else {
+            s1[t] = _mm512_dpbusd_epi32(s1[t], lo, broadcast4(xq));
+          }
+        }
+      }
+      const __m512 scale = load_params(w.scales, w.scale_type, p, groups, g);
+      const __m512 b = group_bias<kBits>(w, scale, p, groups, g);
+      for (int t = 0; t < kT; ++t) {
+        const size_t tg = static_cast<size_t>(t * groups + g);
+        const __m512 d = _mm512_cvtepi32_ps(_mm512_add_epi32(s0[t], s1[t]));
+        acc[t] = _mm512_fmadd_ps(d, _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
+        acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
+      }
+    }
+    for (int t = 0; t < kT; ++t) store_rows(acc[t], bias, y, w.N, p, t);
+  }
+}
+
+template <int kBits>
+void decode_any(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p0, int64_t p1) {
+  switch (x.T) {
+    case 1: decode_panels<kBits, 1>(x, w, bias, y, p0, p1); break;
+    case 2: decode_panels<kBits, 2>(x, w, bias, y, p0, p1); break;
+    case 3: decode_panels<kBits, 3>(x, w, bias, y, p0, p1); break;
+    default: decode_panels<kBits, 4>(x, w, bias, y, p0, p1); break;
+  }
+}
+
+// Prefill: panels p .. p + kR against x rows t0 .. t0 + kTT.
+template <int kBits, int kR, int kTT>
+HEARTH_VNNI void gemm_tile(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p,
+                           int64_t t0) {
+  constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
+  const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
+  const int64_t panel_bytes = K * kBits * 2;
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(w.packed) + p * panel_bytes;
+  const int8_t* xrow = x.q.data() + t0 * K;
+  __m512 acc[kR][kTT];
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kTT; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i isum[kR][kTT];
+    for (int r = 0; r < kR; ++r) {
+      for (int t = 0; t < kTT; ++t) isum[r][t] = _mm512_setzero_si512();
+    }
+    for (int64_t j = 0; j < steps; ++j, src += 64) {
+      __m512i lo[kR], hi[kR];
+      for (int r = 0; r < kR; ++r) unpack<kBits>(src + r * panel_bytes, lo[r], hi[r]);
+      const int64_t k = g * gs + j * kPerStep;
+      for (int t = 0; t < kTT; ++t) {
+        const __m512i xl = broadcast4(xrow + t * K + k);
+        for (int r = 0; r < kR; ++r) isum[r][t] = _mm512_dpbusd_epi32(isum[r][t], lo[r], xl);
+        if constexpr (kBits == 4) {
+          const __m512i xh = broadcast4(xrow + t * K + k + 4);
+          for (int r = 0; r < kR; ++r) isum[r][t] = _mm512_dpbusd_epi32(isum[r][t], hi[r], xh);
+        }
+      }
+    }
+    for (int r = 0; r < kR; ++r) {
+      const __m512 scale = load_params(w.scales, w.scale_type, p + r, groups, g);
+      const __m512 b = group_bias<kBits>(w, scale, p + r, groups, g);
+      for (int t = 0; t < kTT; ++t) {
+        const size_t tg = static_cast<size_t>((t0 + t) * groups + g);
+        const __m512 d = _mm512_cvtepi32_ps(isum[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(d, _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kTT; ++t) store_rows(acc[r][t], bias, y, w.N, p + r, t0 + t);
+  }
+}
+
+template <int kBits, int kR>
+void gemm_panels(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p, int64_t t0,
+                 int64_t t1) {
+  constexpr int kTT = 4;
+  int64_t t = t0;
+  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kR, kTT>(x, w, bias, y, p, t);
+  for (; t < t1; ++t) gemm_tile<kBits, kR, 1>(x, w, bias, y, p, t);
+}
+
+template <int kBits>
+void gemm_range(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p0, int64_t p1) {
+  constexpr int kR = 2;
+  for (int64_t t0 = 0; t0 < x.T; t0 += kTChunk) {
+    const int64_t t1 = std::min(x.T, t0 + kTChunk);
+    int64_t p = p0;
+    for (; p + kR <= p1; p += kR) gemm_panels<kBits, kR>(x, w, bias, y, p, t0, t1);
+    for (; p < p1; ++p) gemm_panels<kBits, 1>(x, w, bias, y, p, t0, t1);
+  }
+}
+
+}  // namespace
+
+void panel_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y) {
+  // The calling thread's buffers, reused across calls; named through a plain reference so that
+  // the pool's threads read these and not their own thread_local copies.
+  thread_local PreparedX buffers;
+  PreparedX& p = buffers;
+  prepare_x(pool, x, T, w, p);
+  const bool decode = T <= kVnniDecodeRows;
+  const int64_t panels = (w.N + 15) / 16;
+  auto run = [&](int64_t a, int64_t b) {
+    if (decode) {
+      w.bits == 4 ? decode_any<4>(p, w, bias, y, a, b) : decode_any<8>(p, w, bias, y, a, b);
+    } else {
+      w.bits == 4 ? gemm_range<4>(p, w, bias, y, a, b) : gemm_range<8>(p, w, bias, y, a, b);
+    }
+  };
+  parallel_rows(pool, panels, 1, run);
+}
+
+}  // namespace hearth::cpu
