@@ -13,6 +13,8 @@
 namespace hearth::cpu {
 namespace {
 
+constexpr int64_t kPrefetchRows = 4;  // K/V rows fetched ahead of the one in use
+
 // out += p * v over Dh
 void axpy_scalar(float* out, float p, const float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += p * v[i];
@@ -58,52 +60,93 @@ struct RowHead {
   Isa isa;
   std::vector<float>& scores;
 
-  const float* kv_row(const float* cache, int64_t seq, int64_t j, int64_t kv_head) const {
-    const int32_t block = a.block_tables[seq * a.max_blocks + j / a.block_size];
-    const int64_t slot = static_cast<int64_t>(block) * a.block_size + j % a.block_size;
-    return cache + (slot * a.Hkv + kv_head) * a.Dh;
+  // Calls visit(j, row) for cache indices j = lo .. c in order, row = that position's
+  // [Dh] vector of kv_head. Positions run contiguously within a block (rows Hkv * Dh apart),
+  // so the block table is read, and the position divided, once per block, not per row.
+  // Always inlined, so that the AVX-512 callers' visitors inline into their loops.
+  template <typename Visit>
+  __attribute__((always_inline)) void for_each_row(const float* cache, int64_t seq, int64_t lo, int64_t c,
+                                                   int64_t kv_head, const Visit& visit) const {
+    const int64_t stride = a.Hkv * a.Dh;
+    for (int64_t j = lo; j <= c;) {
+      const int64_t b = j / a.block_size, end = std::min(c + 1, (b + 1) * a.block_size);
+      const int64_t slot =
+          static_cast<int64_t>(a.block_tables[seq * a.max_blocks + b]) * a.block_size + j % a.block_size;
+      const float* row = cache + slot * stride + kv_head * a.Dh;
+      for (; j < end; ++j, row += stride) {
+        // Rows of one head are Hkv * Dh floats apart (4 KiB for 8 heads of 128): too far apart
+        // for the hardware prefetchers, so the rows a few positions on are fetched by hand.
+        if (j + kPrefetchRows < end) {
+          const char* ahead = reinterpret_cast<const char*>(row + kPrefetchRows * stride);
+          for (int64_t byte = 0; byte < a.Dh * 4; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T0);
+        }
+        visit(j, row);
+      }
+    }
   }
 
-  // AVX-512 with Dh = 16 * kD: q and the output row stay in registers across the keys.
-  template <int kD>
-  HEARTH_AVX512 void run_in_registers(const float* q, float* out, int64_t seq, int64_t lo, int64_t c,
+  // AVX-512 with Dh = 16 * kD, for kG query heads h0 .. h0 + kG that share a KV head (GQA):
+  // each K and V row is loaded once for all of them; q and the output rows stay in registers
+  // across the keys. scores: [kG, n].
+  template <int kD, int kG>
+  HEARTH_AVX512 void run_in_registers(int64_t t, int64_t seq, int64_t h0, int64_t lo, int64_t c,
                                       int64_t kv_head) const {
-    __m512 qv[kD], o[kD];
-    for (int i = 0; i < kD; ++i) {
-      qv[i] = _mm512_loadu_ps(q + 16 * i);
-      o[i] = _mm512_setzero_ps();
+    __m512 qv[kG][kD], o[kG][kD];
+    for (int g = 0; g < kG; ++g) {
+      for (int i = 0; i < kD; ++i) {
+        qv[g][i] = _mm512_loadu_ps(a.q + (t * a.Hq + h0 + g) * a.Dh + 16 * i);
+        o[g][i] = _mm512_setzero_ps();
+      }
     }
     const int64_t n = c - lo + 1;
-    float mx = -INFINITY;
-    for (int64_t j = lo; j <= c; ++j) {
-      const float* k = kv_row(a.k_cache, seq, j, kv_head);
-      __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-      for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(k + 16 * i), acc);
-      const float s = _mm512_reduce_add_ps(acc) * a.scale;
-      scores[static_cast<size_t>(j - lo)] = s;
-      mx = std::max(mx, s);
+    float mx[kG];
+    for (int g = 0; g < kG; ++g) mx[g] = -INFINITY;
+    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const float* k) HEARTH_AVX512 {
+      __m512 kr[kD];
+      for (int i = 0; i < kD; ++i) kr[i] = _mm512_loadu_ps(k + 16 * i);
+      for (int g = 0; g < kG; ++g) {
+        __m512 acc = _mm512_mul_ps(qv[g][0], kr[0]);
+        for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[g][i], kr[i], acc);
+        const float sc = _mm512_reduce_add_ps(acc) * a.scale;
+        scores[static_cast<size_t>(g * n + j - lo)] = sc;
+        mx[g] = std::max(mx[g], sc);
+      }
+    });
+    float inv[kG];
+    for (int g = 0; g < kG; ++g) inv[g] = 1.0f / exp_sum_avx512(scores.data() + g * n, n, mx[g]);
+    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const float* v) HEARTH_AVX512 {
+      for (int i = 0; i < kD; ++i) {
+        const __m512 vr = _mm512_loadu_ps(v + 16 * i);
+        for (int g = 0; g < kG; ++g)
+          o[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(scores[static_cast<size_t>(g * n + j - lo)] * inv[g]), vr, o[g][i]);
+      }
+    });
+    for (int g = 0; g < kG; ++g) {
+      for (int i = 0; i < kD; ++i) _mm512_storeu_ps(a.out + (t * a.Hq + h0 + g) * a.Dh + 16 * i, o[g][i]);
     }
-    const float inv = 1.0f / exp_sum_avx512(scores.data(), n, mx);
-    for (int64_t j = lo; j <= c; ++j) {
-      const __m512 p = _mm512_set1_ps(scores[static_cast<size_t>(j - lo)] * inv);
-      const float* v = kv_row(a.v_cache, seq, j, kv_head);
-      for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * i), o[i]);
-    }
-    for (int i = 0; i < kD; ++i) _mm512_storeu_ps(out + 16 * i, o[i]);
   }
 
-  void run(int64_t t, int64_t seq, int64_t h) const {
+  // Query heads h0 .. h0 + heads (1 or 2, sharing a KV head) of row t.
+  void run(int64_t t, int64_t seq, int64_t h0, int64_t heads) const {
     const int64_t c = a.context_lens[seq] + t - a.seq_starts[seq];
     const int64_t lo = a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
-    const int64_t kv_head = h / (a.Hq / a.Hkv);
+    const int64_t kv_head = h0 / (a.Hq / a.Hkv);
+    if (isa == Isa::kAvx512 && (a.Dh == 128 || a.Dh == 64)) {
+      if (a.Dh == 128)
+        return heads == 2 ? run_in_registers<8, 2>(t, seq, h0, lo, c, kv_head)
+                          : run_in_registers<8, 1>(t, seq, h0, lo, c, kv_head);
+      return heads == 2 ? run_in_registers<4, 2>(t, seq, h0, lo, c, kv_head)
+                        : run_in_registers<4, 1>(t, seq, h0, lo, c, kv_head);
+    }
+    for (int64_t h = h0; h < h0 + heads; ++h) run_one(t, seq, h, lo, c, kv_head);
+  }
+
+  void run_one(int64_t t, int64_t seq, int64_t h, int64_t lo, int64_t c, int64_t kv_head) const {
     const float* q = a.q + (t * a.Hq + h) * a.Dh;
     float* out = a.out + (t * a.Hq + h) * a.Dh;
-    if (isa == Isa::kAvx512 && a.Dh == 128) return run_in_registers<8>(q, out, seq, lo, c, kv_head);
-    if (isa == Isa::kAvx512 && a.Dh == 64) return run_in_registers<4>(q, out, seq, lo, c, kv_head);
     const int64_t n = c - lo + 1;
     float mx = -INFINITY;
-    for (int64_t j = lo; j <= c; ++j) {
-      const float* k = kv_row(a.k_cache, seq, j, kv_head);
+    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const float* k) {
       float s;
       switch (isa) {
         case Isa::kAvx512: s = dot_avx512<DType::kF32>(q, k, a.Dh); break;
@@ -113,19 +156,18 @@ struct RowHead {
       s *= a.scale;
       scores[static_cast<size_t>(j - lo)] = s;
       mx = std::max(mx, s);
-    }
+    });
     const float sum = isa == Isa::kAvx512 ? exp_sum_avx512(scores.data(), n, mx) : exp_sum_scalar(scores.data(), n, mx);
     const float inv = 1.0f / sum;
     std::fill(out, out + a.Dh, 0.0f);
-    for (int64_t j = lo; j <= c; ++j) {
+    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const float* v) {
       const float p = scores[static_cast<size_t>(j - lo)] * inv;
-      const float* v = kv_row(a.v_cache, seq, j, kv_head);
       switch (isa) {
         case Isa::kAvx512: axpy_avx512(out, p, v, a.Dh); break;
         case Isa::kAvx2: axpy_avx2(out, p, v, a.Dh); break;
         default: axpy_scalar(out, p, v, a.Dh); break;
       }
-    }
+    });
   }
 };
 
@@ -140,15 +182,17 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
       row_seq[static_cast<size_t>(t)] = static_cast<int32_t>(s);
     max_ctx = std::max<int64_t>(max_ctx, a.context_lens[s] + a.seq_starts[s + 1] - a.seq_starts[s]);
   }
+  // Work items: pairs of query heads that share a KV head (single heads without GQA).
+  const int64_t pair = (a.Hq / a.Hkv) % 2 == 0 ? 2 : 1, per_row = a.Hq / pair;
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(max_ctx));
+    std::vector<float> scores(static_cast<size_t>(pair * max_ctx));
     const RowHead rh{a, isa, scores};
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / a.Hq, h = i % a.Hq;
-      rh.run(t, row_seq[static_cast<size_t>(t)], h);
+      const int64_t t = i / per_row, h0 = i % per_row * pair;
+      rh.run(t, row_seq[static_cast<size_t>(t)], h0, pair);
     }
   };
-  const int64_t items = a.T * a.Hq;
+  const int64_t items = a.T * per_row;
   if (pool != nullptr) {
     pool->parallel_for(items, 1, run);
   } else {
