@@ -118,7 +118,7 @@ TEST(AffineQuant, PanelsHoldTheSameMatrix) {
 
 TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
   const int64_t N = 45;
-  // K = 2304 spans several 16-group super-blocks of the VNNI kernels, with a partial last one.
+  // K = 2304: 36 groups of 64 (or 18 of 128), more than a 16-lane vector of group parameters.
   for (int64_t K : {256, 2304})
     for (const QuantSpec& spec : kSpecs) {
       for (DType st : {DType::kBF16, DType::kF32, DType::kF16}) {
