@@ -73,11 +73,13 @@ QuantizedMatrix WeightLoader::quantized(const std::string& prefix, int64_t rows,
   if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) q = ggml_to_affine(q);
   q = backend_for(options_.device).prepare(q);
   // What was copied into another layout need not stay resident in the mapped file.
+  auto still_used = [&](const Tensor& t) {
+    for (const Tensor* u : {&q.packed, &q.scales, &q.biases})
+      if (u->defined() && u->raw() == t.raw()) return true;
+    return false;
+  };
   for (const Tensor* t : {&stored.packed, &stored.scales, &stored.biases}) {
-    const bool kept =
-        t->defined() && (t->raw() == q.packed.raw() || (q.scales.defined() && t->raw() == q.scales.raw()) ||
-                         (q.biases.defined() && t->raw() == q.biases.raw()));
-    if (t->defined() && t->is_view_of_external() && !kept) drop_resident_pages(t->raw(), t->nbytes());
+    if (t->defined() && t->is_view_of_external() && !still_used(*t)) drop_resident_pages(t->raw(), t->nbytes());
   }
   return q;
 }
