@@ -201,7 +201,7 @@ int run_bench(const std::vector<std::string>& args) {
                static_cast<long long>(pool->size()));
   const WeightFootprint weights = weight_footprint(info);
 
-  EngineOptions eo;
+  EngineOptions eo = mf.engine_options();
   eo.kv_tokens = prompt_tokens + gen_tokens;
   Engine engine(*model, Context{pool.get(), kCpu}, eo);
   const std::vector<int32_t> prompt = random_prompt(prompt_tokens, info.vocab_size);

@@ -7,12 +7,14 @@
 #include "base/thread_pool.h"
 #include "cli/flags.h"
 #include "models/model.h"
+#include "runtime/engine.h"
 
 namespace hearth::cli {
 
 struct ModelFlags {
   std::string model;
   std::string dtype;
+  std::string kv_dtype = "auto";
   int64_t threads = 0;
 
   void declare(
@@ -20,6 +22,8 @@ struct ModelFlags {
       const std::string& model_help = "Model: a directory (config.json + safetensors weights) or a GGUF file.") {
     f.model_dir(model_help, &model, model_required);
     f.add("dtype", "Convert weight matrices at load time: f32, bf16 or f16 (default: as stored).", &dtype);
+    f.add("kv-dtype", "KV cache element type: auto, f32, f16 or bf16 (auto: f32 for f32 weights, else f16).",
+          &kv_dtype);
     f.add("threads", "CPU threads (default: one per core, or HEARTH_THREADS).", &threads);
   }
   LoadOptions load_options() const {
@@ -27,6 +31,15 @@ struct ModelFlags {
     if (!dtype.empty()) {
       o.weight_dtype = dtype_from_name(dtype);
       if (!o.weight_dtype) throw InputError("--dtype: expected f32, bf16 or f16, got '" + dtype + "'");
+    }
+    engine_options();  // a bad --kv-dtype is refused before the model loads
+    return o;
+  }
+  EngineOptions engine_options() const {
+    EngineOptions o;
+    if (kv_dtype != "auto") {
+      o.kv_dtype = dtype_from_name(kv_dtype);
+      if (!o.kv_dtype) throw InputError("--kv-dtype: expected auto, f32, f16 or bf16, got '" + kv_dtype + "'");
     }
     return o;
   }

@@ -76,7 +76,7 @@ int run_generate(const std::vector<std::string>& args) {
   req.sampling.top_k = top_k_flag >= 0 ? top_k_flag : (model_samples ? gen.top_k.value_or(0) : 0);
   req.sampling.seed = static_cast<uint64_t>(seed);
 
-  EngineOptions eo;
+  EngineOptions eo = mf.engine_options();
   eo.kv_tokens = ctx_tokens > 0 ? ctx_tokens : 0;
   Engine engine(*model, Context{pool.get(), kCpu}, eo);
   GenerationStream stream(engine, req);

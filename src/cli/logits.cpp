@@ -32,7 +32,7 @@ int run_logits(const std::vector<std::string>& args) {
                        std::to_string(model->info().vocab_size));
     }
   }
-  EngineOptions eo;
+  EngineOptions eo = mf.engine_options();
   eo.kv_tokens = static_cast<int64_t>(ids.size());
   Engine engine(*model, Context{pool.get(), kCpu}, eo);
   Sequence seq;

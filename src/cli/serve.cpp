@@ -155,7 +155,7 @@ int run_serve(const std::vector<std::string>& args) {
   auto pool = mf.make_pool();
   auto model = load_model(mf.model, mf.load_options());
   const Tokenizer tokenizer = load_tokenizer(mf.model);
-  EngineOptions eo;
+  EngineOptions eo = mf.engine_options();
   eo.kv_tokens = ctx_tokens;
   eo.prompt_cache_bytes = static_cast<int64_t>(prompt_cache_gb * 1e9);
   Engine engine(*model, Context{pool.get(), kCpu}, eo);

@@ -31,6 +31,13 @@ void expect_rank(const Tensor& t, int rank, const char* op, const char* name) {
   }
 }
 
+// K and V caches of one float type, the same for both.
+void expect_kv_cache(const ops::KvLayer& cache, const char* op) {
+  expect(cache.k.defined() && cache.v.defined() && is_float(cache.k.dtype()) && cache.v.dtype() == cache.k.dtype(), op,
+         "expected K and V caches of one float type, got " + (cache.k.defined() ? cache.k.str() : "none") + " and " +
+             (cache.v.defined() ? cache.v.str() : "none"));
+}
+
 }  // namespace
 
 void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
@@ -165,8 +172,7 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
   expect_dtype(k, DType::kF32, "kv_write", "k");
   expect_dtype(v, DType::kF32, "kv_write", "v");
   expect_dtype(slots, DType::kI32, "kv_write", "slots");
-  expect_dtype(cache.k, DType::kF32, "kv_write", "k cache");
-  expect_dtype(cache.v, DType::kF32, "kv_write", "v cache");
+  expect_kv_cache(cache, "kv_write");
   expect(k.rank() == 3 && k.shape() == v.shape() && cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() &&
              k.dim(1) == cache.k.dim(2) && k.dim(2) == cache.k.dim(3) && slots.shape() == Shape({k.dim(0)}),
          "kv_write",
@@ -180,6 +186,7 @@ void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const Attent
   expect_dtype(q, DType::kF32, "attention", "q");
   expect_dtype(out, DType::kF32, "attention", "out");
   expect_rank(q, 3, "attention", "q");
+  expect_kv_cache(cache, "attention");
   expect(out.shape() == q.shape(), "attention", "expected out like q " + q.str() + ", got " + out.str());
   expect(cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() && cache.k.dim(3) == q.dim(2) &&
              q.dim(1) % cache.k.dim(2) == 0,

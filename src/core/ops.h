@@ -32,13 +32,14 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor&
 // cos/sin are multiplied by attention_factor (YaRN), as HF does.
 void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor);
 
-// Paged KV storage of one layer: [n_blocks, block_size, Hkv, Dh] f32 each.
+// Paged KV storage of one layer: [n_blocks, block_size, Hkv, Dh] each, f32, f16 or bf16 (both alike).
 struct KvLayer {
   Tensor k;
   Tensor v;
 };
 
-// k, v: [T, Hkv, Dh] f32 written to cache slots: slots [T] i32 (block * block_size + offset).
+// k, v: [T, Hkv, Dh] f32 written to cache slots: slots [T] i32 (block * block_size + offset),
+// rounded to nearest even when the cache is f16 or bf16.
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache);
 
 // Where each sequence of a flat batch lives in the paged KV cache.

@@ -25,7 +25,8 @@ Engine::Engine(const Model& model, Context ctx, EngineOptions options)
     : model_(model),
       ctx_(ctx),
       options_(options),
-      kv_(model.allocate_kv(blocks_for(model, options), options.block_size)),
+      kv_(model.allocate_kv(blocks_for(model, options), options.block_size,
+                            options.kv_dtype.value_or(model.default_kv_dtype()))),
       pool_(kv_.n_blocks),
       prefix_cache_(pool_, options.block_size, cache_blocks(kv_, options)) {
   HEARTH_CHECK(options.block_size > 0);

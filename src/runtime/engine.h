@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "models/model.h"
@@ -25,6 +26,8 @@ struct EngineOptions {
   // Prompt cache cap in bytes of KV; 0 disables it. Cached blocks are pool blocks, so the
   // cache never holds more than the pool, and gives blocks back when the pool runs dry.
   int64_t prompt_cache_bytes = 0;
+  // Element type of the KV cache (f32, f16 or bf16); none = the model's default_kv_dtype().
+  std::optional<DType> kv_dtype = std::nullopt;
 };
 
 class Engine {

@@ -107,6 +107,16 @@ TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
   EXPECT_EQ(raw["prompt_tokens"].get<int64_t>(), static_cast<int64_t>(tok.encode("Hello world", true).size()));
   testing::run_hearth("generate --model " + model.path() + " --prompt hi --prompt-tokens 1,2", "", &status);
   EXPECT_EQ(status, 1);
+  // An f16 KV cache on this f32 model: it runs; a type we do not have is refused by name.
+  const json f16 = json::parse(testing::run_hearth(
+      "generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 4 --temp 0 --json --kv-dtype f16", "",
+      &status));
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(f16["tokens"].size(), 4u);
+  std::string err;
+  testing::run_hearth("generate --model " + model.path() + " --prompt hi --kv-dtype q8", "", &status, &err);
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(err.find("--kv-dtype: expected auto, f32, f16 or bf16, got 'q8'"), std::string::npos) << err;
 }
 
 }  // namespace

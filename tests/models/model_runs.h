@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -15,10 +16,12 @@
 
 namespace hearth::testing {
 
-// Logits [tokens, vocab] of one prefill over `tokens` (2 threads).
-inline Tensor prefill_logits(const Model& m, const std::vector<int32_t>& tokens) {
+// Logits [tokens, vocab] of one prefill over `tokens` (2 threads); the KV cache of kv_dtype
+// (none: the model's default).
+inline Tensor prefill_logits(const Model& m, const std::vector<int32_t>& tokens,
+                             std::optional<DType> kv_dtype = std::nullopt) {
   ThreadPool pool(2);
-  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128});
+  Engine engine(m, Context{&pool, kCpu}, EngineOptions{.block_size = 16, .kv_tokens = 128, .kv_dtype = kv_dtype});
   Sequence s;
   s.tokens = tokens;
   return engine.step({{&s, static_cast<int64_t>(tokens.size()), true}});

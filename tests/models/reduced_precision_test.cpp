@@ -1,5 +1,6 @@
 // bf16- and f16-stored weights load (zero-copy) and run; their logits stay close to the f32
-// model's. Tolerances are documented in docs/numerics.md.
+// model's; so do the f32 model's with an f16 or bf16 KV cache. Tolerances are documented in
+// docs/numerics.md.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -68,6 +69,39 @@ TEST_P(ReducedPrecision, StoredWeightsRunCloseToF32) {
 // See docs/numerics.md: bf16 keeps 8 mantissa bits, f16 11.
 const Tolerance kBf16{DType::kBF16, 2e-4, 4e-2};
 const Tolerance kF16{DType::kF16, 5e-6, 1e-2};
+
+// The f32 model with its KV cache in f16 or bf16 (--kv-dtype): the rounding of K and V
+// alone. f32 weights default to an f32 cache; every other model defaults to f16.
+class ReducedPrecisionKv : public ::testing::TestWithParam<std::tuple<std::string, Tolerance>> {};
+
+TEST_P(ReducedPrecisionKv, KvCacheRunsCloseToF32) {
+  const auto& [name, tol] = GetParam();
+  const std::string dir = testing::data_path("parity/" + name);
+  const auto tokens = testing::read_ids(dir + "/reference.safetensors", "tokens");
+  auto model = load_model(dir);
+  EXPECT_EQ(model->default_kv_dtype(), DType::kF32);
+  const Tensor f32 = prefill_logits(*model, tokens);
+  const Tensor got = prefill_logits(*model, tokens, tol.dtype);
+  const double kl = testing::mean_kl(f32, got);
+  const double rel = testing::max_abs_diff(got, f32) / testing::max_abs(f32);
+  EXPECT_GT(rel, 0.0) << "the cache's rounding left the logits unchanged: was it " << dtype_name(tol.dtype) << "?";
+  EXPECT_LE(kl, tol.max_mean_kl) << dtype_name(tol.dtype);
+  EXPECT_LE(rel, tol.max_rel_logit_diff) << dtype_name(tol.dtype);
+  std::printf("%s KV %s: mean KL %.3g, max rel logit diff %.3g\n", name.c_str(),
+              std::string(dtype_name(tol.dtype)).c_str(), kl, rel);
+}
+
+// See docs/numerics.md.
+const Tolerance kKvBf16{DType::kBF16, 1.5e-5, 2e-2};
+const Tolerance kKvF16{DType::kF16, 3e-7, 3e-3};
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ReducedPrecisionKv,
+                         ::testing::Combine(::testing::ValuesIn(testing::parity_fixtures()),
+                                            ::testing::Values(kKvBf16, kKvF16)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param).dtype));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReducedPrecision,
                          ::testing::Combine(::testing::ValuesIn(testing::parity_fixtures()),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -460,23 +461,35 @@ struct AttentionCase {
   int64_t Hq, Hkv, Dh, block_size;
   int32_t window;
   std::vector<int32_t> q_lens, ctx_lens;
+  DType kv_dtype = DType::kF32;
   std::string str() const {
     std::ostringstream os;
-    os << "attention Hq=" << Hq << " Hkv=" << Hkv << " Dh=" << Dh << " block_size=" << block_size
-       << " window=" << window << " seqs(q_len/ctx)=";
+    os << "attention kv=" << dtype_name(kv_dtype) << " Hq=" << Hq << " Hkv=" << Hkv << " Dh=" << Dh
+       << " block_size=" << block_size << " window=" << window << " seqs(q_len/ctx)=";
     for (size_t s = 0; s < q_lens.size(); ++s) os << (s ? "," : "") << q_lens[s] << "/" << ctx_lens[s];
     return os.str();
   }
 };
 
+// x rounded to `t` and back (the values a cache of that type holds).
+float round_to(DType t, float x) {
+  switch (t) {
+    case DType::kBF16: return bf16_to_f32(f32_to_bf16(x));
+    case DType::kF16: return f16_to_f32(f32_to_f16(x));
+    default: return x;
+  }
+}
+
 // A flat batch with a paged cache whose blocks are handed out in shuffled order and whose
-// unused slots hold NaN, so reading a wrong slot poisons the output.
+// unused slots hold NaN, so reading a wrong slot poisons the output. A cache of f16 or bf16
+// holds the dense K/V rounded to it; the dense reference uses the same rounded values.
 struct AttentionSetup {
   AttentionCase c;
   int64_t T = 0, max_blocks = 0;
   std::vector<int32_t> seq_starts, block_tables;
   std::vector<std::vector<float>> k_dense, v_dense;  // per sequence [L, Hkv, Dh]
   std::vector<float> q, k_cache, v_cache;
+  std::vector<uint16_t> k_cache16, v_cache16;  // k_cache, v_cache as f16 or bf16
 
   AttentionSetup(const AttentionCase& ac, std::mt19937& rng) : c(ac) {
     const size_t S = c.q_lens.size();
@@ -492,6 +505,9 @@ struct AttentionSetup {
       max_blocks = std::max(max_blocks, n_blocks[s]);
       k_dense.push_back(random_floats(rng, size_t(L * row)));
       v_dense.push_back(random_floats(rng, size_t(L * row)));
+      for (auto* dense : {&k_dense.back(), &v_dense.back()}) {
+        for (float& x : *dense) x = round_to(c.kv_dtype, x);
+      }
     }
     T = seq_starts.back();
     max_blocks += 1;    // a padding column, never read
@@ -515,6 +531,11 @@ struct AttentionSetup {
       }
     }
     q = random_floats(rng, size_t(T * c.Hq * c.Dh), -2.0f, 2.0f);
+    if (c.kv_dtype != DType::kF32) {
+      // NaN stays NaN in both types.
+      for (float x : k_cache) k_cache16.push_back(c.kv_dtype == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x));
+      for (float x : v_cache) v_cache16.push_back(c.kv_dtype == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x));
+    }
   }
 
   float scale() const { return 1.0f / std::sqrt(float(c.Dh)); }
@@ -528,8 +549,9 @@ struct AttentionSetup {
     a.Hq = c.Hq;
     a.Hkv = c.Hkv;
     a.Dh = c.Dh;
-    a.k_cache = k_cache.data();
-    a.v_cache = v_cache.data();
+    a.kv_dtype = c.kv_dtype;
+    a.k_cache = c.kv_dtype == DType::kF32 ? static_cast<const void*>(k_cache.data()) : k_cache16.data();
+    a.v_cache = c.kv_dtype == DType::kF32 ? static_cast<const void*>(v_cache.data()) : v_cache16.data();
     a.block_size = c.block_size;
     a.seq_starts = seq_starts.data();
     a.context_lens = c.ctx_lens.data();
@@ -592,6 +614,7 @@ TEST(ops_kernel, Attention) {
         c.Dh = head_dims[pick_dh(rng)];
         c.block_size = block_size;
         c.window = window;
+        c.kv_dtype = std::array{DType::kF32, DType::kF16, DType::kBF16}[size_t(cases % 3)];
         const int S = n_seqs(rng);
         for (int s = 0; s < S; ++s) {
           switch (kind(rng)) {
@@ -621,14 +644,51 @@ TEST(ops_kernel, Attention) {
 TEST(ops_kernel, AttentionLongContext) {
   std::mt19937 rng(12);
   for (int32_t window : {0, 128, 700}) {
-    AttentionCase c{8, 2, 64, 16, window, {1, 5, 1}, {600, 0, 37}};
-    const AttentionSetup setup(c, rng);
-    const std::vector<float> ref = setup.run(Isa::kScalar, nullptr);
-    expect_close(ref, setup.reference(), 1e-5, kRtol, c.str() + " scalar vs dense reference");
-    for (Isa isa : simd_isas()) {
-      for (ThreadPool* pool : pools()) {
-        expect_close(setup.run(isa, pool), ref, 1e-5, kRtol,
-                     c.str() + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool));
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
+      AttentionCase c{8, 2, 64, 16, window, {1, 5, 1}, {600, 0, 37}, kv};
+      const AttentionSetup setup(c, rng);
+      const std::vector<float> ref = setup.run(Isa::kScalar, nullptr);
+      expect_close(ref, setup.reference(), 1e-5, kRtol, c.str() + " scalar vs dense reference");
+      for (Isa isa : simd_isas()) {
+        for (ThreadPool* pool : pools()) {
+          expect_close(setup.run(isa, pool), ref, 1e-5, kRtol,
+                       c.str() + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool));
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kv_write
+
+// f32 -> f16/bf16 as the cache stores it: every ISA rounds exactly as f32_to_f16 / f32_to_bf16
+// do, on random values and on the edges (ties, subnormals, overflow, infinities, NaN).
+TEST(ops_kernel, StoreF32As) {
+  std::mt19937 rng(13);
+  std::vector<float> x = random_floats(rng, 1000, -70000.0f, 70000.0f);
+  for (float v : random_floats(rng, 200, -1e-3f, 1e-3f)) x.push_back(v);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 65504.0f,
+                  65519.0f, 65520.0f, 6.0e-8f, 3.0e-8f, 1e-40f, -1e-45f, 3.4e38f, inf, -inf,
+                  std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+    x.push_back(v);
+  }
+  for (DType to : {DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = to == DType::kF16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+    for (Isa isa : all_isas()) {
+      for (int64_t n : kSizes) {
+        std::vector<uint16_t> got(size_t(n) + 1, 0xabcd);
+        cpu::store_f32_as(isa, x.data() + x.size() - size_t(n), to, got.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const uint16_t w = want[x.size() - size_t(n) + size_t(i)];
+          const bool both_nan = to == DType::kF16 ? (w & 0x7fff) > 0x7c00 && (got[size_t(i)] & 0x7fff) > 0x7c00
+                                                  : (w & 0x7fff) > 0x7f80 && (got[size_t(i)] & 0x7fff) > 0x7f80;
+          ASSERT_TRUE(got[size_t(i)] == w || both_nan) << dtype_name(to) << " " << cpu::isa_name(isa) << " n=" << n
+                                                       << " x=" << x[x.size() - size_t(n) + size_t(i)] << ": got 0x"
+                                                       << std::hex << got[size_t(i)] << " want 0x" << w;
+        }
+        EXPECT_EQ(got[size_t(n)], 0xabcd) << "wrote past n=" << n;
       }
     }
   }

@@ -132,6 +132,19 @@ TEST(ops_checks, KvWriteAndAttentionShapes) {
         ops::attention(ctx, f32({3, 3, 8}), cache, batch, 1.0f, 0, out);
       },
       {"attention", "[3, 3, 8]", "[4, 16, 2, 8]"});
+  // K and V caches of different types (or of a non-float type) are refused.
+  ops::KvLayer mixed{f32({4, 16, 2, 8}), Tensor::zeros({4, 16, 2, 8}, DType::kF16)};
+  expect_input_error(
+      [&] {
+        ops::kv_write(ctx, f32({3, 2, 8}), f32({3, 2, 8}), i32({3}), mixed);
+      },
+      {"kv_write", "one float type", "f16[4, 16, 2, 8]"});
+  ops::KvLayer ints{i32({4, 16, 2, 8}), i32({4, 16, 2, 8})};
+  expect_input_error(
+      [&] {
+        ops::attention(ctx, f32({3, 2, 8}), ints, batch, 1.0f, 0, out);
+      },
+      {"attention", "one float type", "i32[4, 16, 2, 8]"});
   Tensor out_bad = f32({3, 4, 8});
   expect_input_error(
       [&] {

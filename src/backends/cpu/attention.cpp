@@ -1,10 +1,11 @@
 // Varlen paged attention with GQA, causal and sliding-window masks.
-// q: [T, Hq, Dh]; K/V cache: [n_blocks, block_size, Hkv, Dh]; out: [T, Hq, Dh].
+// q: [T, Hq, Dh] f32; K/V cache: [n_blocks, block_size, Hkv, Dh] f32|f16|bf16; out: [T, Hq, Dh] f32.
 // Query row t of sequence s sits at cache index c = context_lens[s] + t - seq_starts[s];
 // it attends to cache indices j in [lo, c], lo = max(0, c - window + 1) with a window.
 // Exact two-pass softmax per (row, head): scores, max, exp, normalize, weighted sum of V.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/dot.h"
@@ -15,22 +16,25 @@ namespace {
 
 constexpr int64_t kPrefetchRows = 4;  // K/V rows fetched ahead of the one in use
 
-// out += p * v over Dh
-void axpy_scalar(float* out, float p, const float* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] += p * v[i];
+// out += p * v over Dh; v of the cache's element type KT.
+template <DType KT>
+void axpy_scalar(float* out, float p, const void* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += p * load_scalar(v, KT, i);
 }
-HEARTH_AVX2 void axpy_avx2(float* out, float p, const float* v, int64_t n) {
+template <DType KT>
+HEARTH_AVX2 void axpy_avx2(float* out, float p, const void* v, int64_t n) {
   const __m256 vp = _mm256_set1_ps(p);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
-  axpy_scalar(out + i, p, v + i, n - i);
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(vp, simd::load8<KT>(v, i), _mm256_loadu_ps(out + i)));
+  for (; i < n; ++i) out[i] += p * load_scalar(v, KT, i);
 }
-HEARTH_AVX512 void axpy_avx512(float* out, float p, const float* v, int64_t n) {
+template <DType KT>
+HEARTH_AVX512 void axpy_avx512(float* out, float p, const void* v, int64_t n) {
   const __m512 vp = _mm512_set1_ps(p);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = simd::tail_mask16(n - i);
-    _mm512_mask_storeu_ps(out + i, m, _mm512_fmadd_ps(vp, simd::load16_f32(v + i, m), simd::load16_f32(out + i, m)));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_fmadd_ps(vp, simd::load16<KT>(v, i, m), simd::load16_f32(out + i, m)));
   }
 }
 
@@ -55,7 +59,11 @@ HEARTH_AVX512 float exp_sum_avx512(float* s, int64_t n, float mx) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
+// and sums are f32.
+template <DType KT>
 struct RowHead {
+  using Elem = std::conditional_t<KT == DType::kF32, float, uint16_t>;
   const AttentionArgs& a;
   Isa isa;
   std::vector<float>& scores;
@@ -65,20 +73,21 @@ struct RowHead {
   // so the block table is read, and the position divided, once per block, not per row.
   // Always inlined, so that the AVX-512 callers' visitors inline into their loops.
   template <typename Visit>
-  __attribute__((always_inline)) void for_each_row(const float* cache, int64_t seq, int64_t lo, int64_t c,
+  __attribute__((always_inline)) void for_each_row(const void* cache, int64_t seq, int64_t lo, int64_t c,
                                                    int64_t kv_head, const Visit& visit) const {
     const int64_t stride = a.Hkv * a.Dh;
+    const int64_t row_bytes = a.Dh * static_cast<int64_t>(sizeof(Elem));
     for (int64_t j = lo; j <= c;) {
       const int64_t b = j / a.block_size, end = std::min(c + 1, (b + 1) * a.block_size);
       const int64_t slot =
           static_cast<int64_t>(a.block_tables[seq * a.max_blocks + b]) * a.block_size + j % a.block_size;
-      const float* row = cache + slot * stride + kv_head * a.Dh;
+      const Elem* row = static_cast<const Elem*>(cache) + slot * stride + kv_head * a.Dh;
       for (; j < end; ++j, row += stride) {
-        // Rows of one head are Hkv * Dh floats apart (4 KiB for 8 heads of 128): too far apart
-        // for the hardware prefetchers, so the rows a few positions on are fetched by hand.
+        // Rows of one head are Hkv * Dh elements apart (2-4 KiB for 8 heads of 128): too far
+        // apart for the hardware prefetchers, so the rows a few positions on are fetched by hand.
         if (j + kPrefetchRows < end) {
           const char* ahead = reinterpret_cast<const char*>(row + kPrefetchRows * stride);
-          for (int64_t byte = 0; byte < a.Dh * 4; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T0);
+          for (int64_t byte = 0; byte < row_bytes; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T0);
         }
         visit(j, row);
       }
@@ -101,9 +110,9 @@ struct RowHead {
     const int64_t n = c - lo + 1;
     float mx[kG];
     for (int g = 0; g < kG; ++g) mx[g] = -INFINITY;
-    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const float* k) HEARTH_AVX512 {
+    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* k) HEARTH_AVX512 {
       __m512 kr[kD];
-      for (int i = 0; i < kD; ++i) kr[i] = _mm512_loadu_ps(k + 16 * i);
+      for (int i = 0; i < kD; ++i) kr[i] = simd::load16<KT>(k, 16 * i, 0xffff);
       for (int g = 0; g < kG; ++g) {
         __m512 acc = _mm512_mul_ps(qv[g][0], kr[0]);
         for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[g][i], kr[i], acc);
@@ -114,9 +123,9 @@ struct RowHead {
     });
     float inv[kG];
     for (int g = 0; g < kG; ++g) inv[g] = 1.0f / exp_sum_avx512(scores.data() + g * n, n, mx[g]);
-    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const float* v) HEARTH_AVX512 {
+    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* v) HEARTH_AVX512 {
       for (int i = 0; i < kD; ++i) {
-        const __m512 vr = _mm512_loadu_ps(v + 16 * i);
+        const __m512 vr = simd::load16<KT>(v, 16 * i, 0xffff);
         for (int g = 0; g < kG; ++g)
           o[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(scores[static_cast<size_t>(g * n + j - lo)] * inv[g]), vr, o[g][i]);
       }
@@ -146,12 +155,12 @@ struct RowHead {
     float* out = a.out + (t * a.Hq + h) * a.Dh;
     const int64_t n = c - lo + 1;
     float mx = -INFINITY;
-    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const float* k) {
+    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* k) {
       float s;
       switch (isa) {
-        case Isa::kAvx512: s = dot_avx512<DType::kF32>(q, k, a.Dh); break;
-        case Isa::kAvx2: s = dot_avx2<DType::kF32>(q, k, a.Dh); break;
-        default: s = dot_scalar<DType::kF32>(q, k, a.Dh); break;
+        case Isa::kAvx512: s = dot_avx512<KT>(q, k, a.Dh); break;
+        case Isa::kAvx2: s = dot_avx2<KT>(q, k, a.Dh); break;
+        default: s = dot_scalar<KT>(q, k, a.Dh); break;
       }
       s *= a.scale;
       scores[static_cast<size_t>(j - lo)] = s;
@@ -160,12 +169,12 @@ struct RowHead {
     const float sum = isa == Isa::kAvx512 ? exp_sum_avx512(scores.data(), n, mx) : exp_sum_scalar(scores.data(), n, mx);
     const float inv = 1.0f / sum;
     std::fill(out, out + a.Dh, 0.0f);
-    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const float* v) {
+    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* v) {
       const float p = scores[static_cast<size_t>(j - lo)] * inv;
       switch (isa) {
-        case Isa::kAvx512: axpy_avx512(out, p, v, a.Dh); break;
-        case Isa::kAvx2: axpy_avx2(out, p, v, a.Dh); break;
-        default: axpy_scalar(out, p, v, a.Dh); break;
+        case Isa::kAvx512: axpy_avx512<KT>(out, p, v, a.Dh); break;
+        case Isa::kAvx2: axpy_avx2<KT>(out, p, v, a.Dh); break;
+        default: axpy_scalar<KT>(out, p, v, a.Dh); break;
       }
     });
   }
@@ -186,11 +195,13 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
   const int64_t pair = (a.Hq / a.Hkv) % 2 == 0 ? 2 : 1, per_row = a.Hq / pair;
   auto run = [&](int64_t begin, int64_t end) {
     std::vector<float> scores(static_cast<size_t>(pair * max_ctx));
-    const RowHead rh{a, isa, scores};
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / per_row, h0 = i % per_row * pair;
-      rh.run(t, row_seq[static_cast<size_t>(t)], h0, pair);
-    }
+    dispatch_float(a.kv_dtype, [&]<DType KT>() {
+      const RowHead<KT> rh{a, isa, scores};
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t t = i / per_row, h0 = i % per_row * pair;
+        rh.run(t, row_seq[static_cast<size_t>(t)], h0, pair);
+      }
+    });
   };
   const int64_t items = a.T * per_row;
   if (pool != nullptr) {

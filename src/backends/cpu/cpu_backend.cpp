@@ -85,15 +85,17 @@ class CpuBackend final : public Backend {
   }
 
   void kv_write(Context&, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) override {
-    const int64_t T = k.dim(0);
-    const size_t row = static_cast<size_t>(k.dim(1) * k.dim(2));
-    const int64_t n_slots = cache.k.dim(0) * cache.k.dim(1);
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t slot = slots.data<int32_t>()[t];
-      HEARTH_CHECK_MSG(slot >= 0 && slot < n_slots, "kv_write: slot " + std::to_string(slot) + " outside the pool");
-      std::memcpy(cache.k.data<float>() + slot * row, k.data<float>() + t * row, row * sizeof(float));
-      std::memcpy(cache.v.data<float>() + slot * row, v.data<float>() + t * row, row * sizeof(float));
-    }
+    cpu::KvWriteArgs a{};
+    a.k = k.data<float>();
+    a.v = v.data<float>();
+    a.T = k.dim(0);
+    a.row = k.dim(1) * k.dim(2);
+    a.slots = slots.data<int32_t>();
+    a.n_slots = cache.k.dim(0) * cache.k.dim(1);
+    a.k_cache = cache.k.raw();
+    a.v_cache = cache.v.raw();
+    a.cache_dtype = cache.k.dtype();
+    cpu::kv_write(active_isa(), a);
   }
 
   void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
@@ -105,8 +107,9 @@ class CpuBackend final : public Backend {
     a.Hq = q.dim(1);
     a.Hkv = cache.k.dim(2);
     a.Dh = q.dim(2);
-    a.k_cache = cache.k.data<float>();
-    a.v_cache = cache.v.data<float>();
+    a.k_cache = cache.k.raw();
+    a.v_cache = cache.v.raw();
+    a.kv_dtype = cache.k.dtype();
     a.block_size = cache.k.dim(1);
     a.seq_starts = batch.seq_starts.data<int32_t>();
     a.context_lens = batch.context_lens.data<int32_t>();

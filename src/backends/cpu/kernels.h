@@ -62,8 +62,9 @@ struct AttentionArgs {
   const float* q;  // [T, Hq, Dh]
   float* out;      // [T, Hq, Dh]
   int64_t T, Hq, Hkv, Dh;
-  const float* k_cache;  // [n_blocks, block_size, Hkv, Dh]
-  const float* v_cache;
+  const void* k_cache;  // [n_blocks, block_size, Hkv, Dh] of kv_dtype
+  const void* v_cache;
+  DType kv_dtype;  // f32, f16 or bf16
   int64_t block_size;
   const int32_t* seq_starts;    // [S + 1]
   const int32_t* context_lens;  // [S]
@@ -73,5 +74,20 @@ struct AttentionArgs {
   int32_t window;  // <= 0: none
 };
 void attention(Isa isa, ThreadPool* pool, const AttentionArgs& args);
+
+// src: [n] f32 -> dst: [n] of `to` (f32, f16 or bf16), rounded to nearest even.
+void store_f32_as(Isa isa, const float* src, DType to, void* dst, int64_t n);
+
+struct KvWriteArgs {
+  const float* k;  // [T, row] f32
+  const float* v;
+  int64_t T, row;        // row = Hkv * Dh
+  const int32_t* slots;  // [T], each in [0, n_slots)
+  int64_t n_slots;
+  void* k_cache;  // [n_slots, row] of cache_dtype
+  void* v_cache;
+  DType cache_dtype;
+};
+void kv_write(Isa isa, const KvWriteArgs& args);
 
 }  // namespace hearth::cpu
