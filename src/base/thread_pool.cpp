@@ -44,6 +44,14 @@ bool spin_until(Ready ready) {
   }
 }
 
+// Where chunk i of `count` starts in [0, n): chunk sizes shrink linearly (the first about
+// 2/count of n, the last about 1/count^2), so the threads that finish early share out the small
+// chunks at the end and wait for one another by a small fraction of the loop, not half a chunk.
+int64_t chunk_begin(int64_t n, uint64_t i, uint64_t count) {
+  const auto left = static_cast<__int128>(count - i);
+  return n - static_cast<int64_t>(static_cast<__int128>(n) * left * left / (static_cast<__int128>(count) * count));
+}
+
 }  // namespace
 
 // Claims and runs chunks of job `job` until none is left. next_ packs the job id (bits
@@ -56,8 +64,7 @@ void ThreadPool::work(uint32_t job) {
     if ((v >> 32) != job || index >= count) return;
     if (!next_.compare_exchange_weak(v, v + 1)) continue;
     // The job cannot finish before this chunk does, so fn_ and n_ stay valid.
-    const int64_t begin = n_ * static_cast<int64_t>(index) / static_cast<int64_t>(count);
-    const int64_t end = n_ * static_cast<int64_t>(index + 1) / static_cast<int64_t>(count);
+    const int64_t begin = chunk_begin(n_, index, count), end = chunk_begin(n_, index + 1, count);
     if (begin < end) (*fn_)(begin, end);
     if (chunks_done_.fetch_add(1) + 1 == static_cast<int>(count)) {
       std::lock_guard<std::mutex> lock(mutex_);

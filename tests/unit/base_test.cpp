@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 
 #include "base/error.h"
 #include "base/strings.h"
@@ -31,6 +33,24 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
       for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
     }
   }
+}
+
+// Chunks shrink along the range, so that the threads' last pieces of work are small ones.
+TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
+  ThreadPool pool(2);
+  std::mutex m;
+  std::map<int64_t, int64_t> sizes;  // begin -> size
+  pool.parallel_for(1000, 1, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(m);
+    sizes[b] = e - b;
+  });
+  ASSERT_GE(sizes.size(), 4u);
+  int64_t previous = 1000;
+  for (const auto& [begin, size] : sizes) {
+    EXPECT_LE(size, previous) << "chunk at " << begin;
+    previous = size;
+  }
+  EXPECT_LE(sizes.rbegin()->second * 8, sizes.begin()->second);
 }
 
 TEST(Flags, ParsesTypedValuesAndRefusesUnknownFlags) {
