@@ -1,6 +1,7 @@
 #include "core/ops.h"
 
 #include <array>
+#include <initializer_list>
 
 #include "core/backend.h"
 
@@ -48,6 +49,21 @@ Backend& backend_for(Device device) {
   return *b;
 }
 
+namespace {
+
+// The backend of ctx's device, once every defined tensor of the op is on that device (a kernel
+// given another device's pointer would read garbage or crash).
+Backend& backend_on(Context& ctx, const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined() && t->device() != ctx.device) {
+      fail(op, t->str() + " is on " + t->device().str() + ", the op runs on " + ctx.device.str());
+    }
+  }
+  return backend_for(ctx.device);
+}
+
+}  // namespace
+
 namespace ops {
 
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) {
@@ -57,7 +73,7 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
   expect_dtype(out, DType::kF32, "embedding", "out");
   expect(out.shape() == Shape({ids.dim(0), table.dim(1)}), "embedding",
          "expected out [" + std::to_string(ids.dim(0)) + ", " + std::to_string(table.dim(1)) + "], got " + out.str());
-  backend_for(ctx.device).embedding(ctx, table, ids, out);
+  backend_on(ctx, "embedding", {&table, &ids, &out}).embedding(ctx, table, ids, out);
 }
 
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
@@ -74,7 +90,7 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   expect_dtype(y, DType::kF32, "matmul", "y");
   expect(y.shape() == Shape({x.dim(0), w.dim(0)}), "matmul",
          "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.dim(0)) + "], got " + y.str());
-  backend_for(ctx.device).matmul(ctx, x, w, bias, y);
+  backend_on(ctx, "matmul", {&x, &w, &bias, &y}).matmul(ctx, x, w, bias, y);
 }
 
 namespace {
@@ -129,7 +145,8 @@ void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, c
   expect_dtype(y, DType::kF32, "quantized_matmul", "y");
   expect(y.shape() == Shape({x.dim(0), w.rows}), "quantized_matmul",
          "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.rows) + "], got " + y.str());
-  backend_for(ctx.device).quantized_matmul(ctx, x, w, bias, y);
+  backend_on(ctx, "quantized_matmul", {&x, &w.packed, &w.scales, &w.biases, &bias, &y})
+      .quantized_matmul(ctx, x, w, bias, y);
 }
 
 void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) {
@@ -139,12 +156,14 @@ void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tenso
   expect_dtype(out, DType::kF32, "quantized_embedding", "out");
   expect(out.shape() == Shape({ids.dim(0), table.cols}), "quantized_embedding",
          "expected out [" + std::to_string(ids.dim(0)) + ", " + std::to_string(table.cols) + "], got " + out.str());
-  for (int64_t i = 0; i < ids.dim(0); ++i) {
+  // Ids on another device are the backend's to check.
+  for (int64_t i = 0; ids.device().type == DeviceType::kCpu && i < ids.dim(0); ++i) {
     const int32_t id = ids.data<int32_t>()[i];
     expect(id >= 0 && id < table.rows, "quantized_embedding",
            "token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(table.rows));
   }
-  backend_for(ctx.device).quantized_embedding(ctx, table, ids, out);
+  backend_on(ctx, "quantized_embedding", {&table.packed, &table.scales, &table.biases, &ids, &out})
+      .quantized_embedding(ctx, table, ids, out);
 }
 
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y) {
@@ -153,7 +172,7 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor&
   expect_dtype(y, DType::kF32, "rms_norm", "y");
   expect(x.rank() >= 1 && w.shape() == Shape({x.dim(-1)}) && y.shape() == x.shape(), "rms_norm",
          "expected x [*, D], w [D], y like x; got " + x.str() + ", " + w.str() + ", " + y.str());
-  backend_for(ctx.device).rms_norm(ctx, x, w, eps, y);
+  backend_on(ctx, "rms_norm", {&x, &w, &y}).rms_norm(ctx, x, w, eps, y);
 }
 
 void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) {
@@ -165,7 +184,7 @@ void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_fr
          "expected positions [T], got " + positions.str() + " for x " + x.str());
   expect(inv_freq.rank() == 1 && 2 * inv_freq.dim(0) <= x.dim(2), "rope",
          "rotary dims " + std::to_string(2 * inv_freq.dim(0)) + " exceed head dim of " + x.str());
-  backend_for(ctx.device).rope(ctx, x, positions, inv_freq, attention_factor);
+  backend_on(ctx, "rope", {&x, &positions, &inv_freq}).rope(ctx, x, positions, inv_freq, attention_factor);
 }
 
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache) {
@@ -178,7 +197,7 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
          "kv_write",
          "expected k, v [T, Hkv, Dh], slots [T], cache [B, bs, Hkv, Dh]; got " + k.str() + ", " + v.str() + ", " +
              slots.str() + ", " + cache.k.str());
-  backend_for(ctx.device).kv_write(ctx, k, v, slots, cache);
+  backend_on(ctx, "kv_write", {&k, &v, &slots, &cache.k, &cache.v}).kv_write(ctx, k, v, slots, cache);
 }
 
 void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
@@ -198,7 +217,9 @@ void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const Attent
   expect(batch.seq_starts.shape() == Shape({n_seqs + 1}) && batch.block_tables.rank() == 2 &&
              batch.block_tables.dim(0) == n_seqs,
          "attention", "batch metadata shapes disagree");
-  backend_for(ctx.device).attention(ctx, q, cache, batch, scale, window, out);
+  backend_on(ctx, "attention",
+             {&q, &cache.k, &cache.v, &batch.seq_starts, &batch.context_lens, &batch.block_tables, &out})
+      .attention(ctx, q, cache, batch, scale, window, out);
 }
 
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -207,14 +228,14 @@ void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   expect_dtype(out, DType::kF32, "silu_mul", "out");
   expect(gate.shape() == up.shape() && out.shape() == gate.shape(), "silu_mul",
          "expected equal shapes, got " + gate.str() + ", " + up.str() + ", " + out.str());
-  backend_for(ctx.device).silu_mul(ctx, gate, up, out);
+  backend_on(ctx, "silu_mul", {&gate, &up, &out}).silu_mul(ctx, gate, up, out);
 }
 
 void add(Context& ctx, Tensor& a, const Tensor& b) {
   expect_dtype(a, DType::kF32, "add", "a");
   expect_dtype(b, DType::kF32, "add", "b");
   expect(a.shape() == b.shape(), "add", "expected equal shapes, got " + a.str() + " and " + b.str());
-  backend_for(ctx.device).add(ctx, a, b);
+  backend_on(ctx, "add", {&a, &b}).add(ctx, a, b);
 }
 
 void argmax(Context& ctx, const Tensor& x, Tensor& ids) {
@@ -222,13 +243,13 @@ void argmax(Context& ctx, const Tensor& x, Tensor& ids) {
   expect_rank(x, 2, "argmax", "x");
   expect_dtype(ids, DType::kI32, "argmax", "ids");
   expect(ids.shape() == Shape({x.dim(0)}) && x.dim(1) > 0, "argmax", "expected ids [R] for x " + x.str());
-  backend_for(ctx.device).argmax(ctx, x, ids);
+  backend_on(ctx, "argmax", {&x, &ids}).argmax(ctx, x, ids);
 }
 
 void softmax(Context& ctx, Tensor& x) {
   expect_dtype(x, DType::kF32, "softmax", "x");
   expect_rank(x, 2, "softmax", "x");
-  backend_for(ctx.device).softmax(ctx, x);
+  backend_on(ctx, "softmax", {&x}).softmax(ctx, x);
 }
 
 }  // namespace ops

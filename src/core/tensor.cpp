@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/device_memory.h"
+
 namespace hearth {
 namespace {
 
@@ -42,21 +44,54 @@ std::shared_ptr<Storage> allocate_zeroed(size_t bytes) {
   return s;
 }
 
+std::shared_ptr<Storage> allocate_on(Device device, size_t bytes, bool zeroed) {
+  DeviceMemory& memory = device_memory(device.type);
+  auto s = std::make_shared<Storage>();
+  s->data = memory.allocate(device, bytes);
+  s->bytes = bytes;
+  s->device = device;
+  s->keepalive =
+      std::shared_ptr<void>(s->data, [&memory, device, bytes](void* p) { memory.deallocate(device, p, bytes); });
+  if (zeroed) memory.zero(device, s->data, bytes);
+  return s;
+}
+
 }  // namespace
 
-Tensor Tensor::owning(const Shape& shape, DType dtype, bool zeroed) {
+Tensor Tensor::owning(const Shape& shape, DType dtype, bool zeroed, Device device) {
   HEARTH_CHECK(shape.numel() >= 0);
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   Tensor t;
-  t.storage_ = zeroed ? allocate_zeroed(bytes) : allocate(bytes);
+  if (device.type == DeviceType::kCpu) {
+    t.storage_ = zeroed ? allocate_zeroed(bytes) : allocate(bytes);
+  } else {
+    t.storage_ = allocate_on(device, bytes, zeroed);
+  }
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.owned_ = true;
   return t;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) { return owning(shape, dtype, false); }
-Tensor Tensor::zeros(const Shape& shape, DType dtype) { return owning(shape, dtype, true); }
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) { return owning(shape, dtype, false, device); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return owning(shape, dtype, true, device); }
+
+Tensor Tensor::to_device(Device target) const {
+  HEARTH_CHECK(defined());
+  const Device from = device();
+  if (from == target) return *this;
+  Tensor t = empty(shape_, dtype_, target);
+  if (nbytes() == 0) return t;
+  if (from.type == DeviceType::kCpu) {
+    device_memory(target.type).to_device(target, t.raw(), raw(), nbytes());
+  } else if (target.type == DeviceType::kCpu) {
+    device_memory(from.type).to_host(from, t.raw(), raw(), nbytes());
+  } else {
+    HEARTH_CHECK_MSG(from.type == target.type, "to_device: " + from.str() + " -> " + target.str());
+    device_memory(from.type).on_device(from, t.raw(), raw(), nbytes());
+  }
+  return t;
+}
 
 Tensor Tensor::view_of(const void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keepalive) {
   Tensor t;
@@ -101,6 +136,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::copy() const {
+  HEARTH_CHECK_MSG(device().type == DeviceType::kCpu, "copy: " + str() + " is on " + device().str());
   Tensor t = empty(shape_, dtype_);
   std::memcpy(t.raw(), raw(), nbytes());
   return t;
@@ -108,6 +144,7 @@ Tensor Tensor::copy() const {
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype_) return copy();
+  HEARTH_CHECK_MSG(device().type == DeviceType::kCpu, "to: " + str() + " is on " + device().str());
   HEARTH_CHECK_MSG(is_float(dtype_) && is_float(target), "to: " + str() + " -> " + std::string(dtype_name(target)));
   Tensor t = empty(shape_, target);
   const int64_t n = numel();

@@ -24,9 +24,10 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // New uninitialized / zeroed CPU tensor, 64-byte aligned.
-  static Tensor empty(const Shape& shape, DType dtype);
-  static Tensor zeros(const Shape& shape, DType dtype);
+  // New uninitialized / zeroed tensor, on the CPU 64-byte aligned; on another device from
+  // its backend's memory (core/device_memory.h).
+  static Tensor empty(const Shape& shape, DType dtype, Device device = kCpu);
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = kCpu);
   // Wraps memory owned by `keepalive` (e.g. a mapped file) without copying.
   static Tensor view_of(const void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keepalive);
   // Copies host data into a new tensor.
@@ -57,7 +58,10 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;
   // Rows [begin, end) along dim 0, sharing storage.
   Tensor slice_rows(int64_t begin, int64_t end) const;
-  // Deep copy / dtype conversion (float types only for conversion) into a new tensor.
+  // The same values on `device` (a copy; this tensor when it is there already).
+  Tensor to_device(Device device) const;
+  // Deep copy / dtype conversion (float types only for conversion) into a new CPU tensor;
+  // a tensor on another device must be brought to the CPU first.
   Tensor copy() const;
   Tensor to(DType dtype) const;
   // True when this tensor does not own its memory's lifetime alone (e.g. a mapped-file view).
@@ -66,7 +70,7 @@ class Tensor {
   std::string str() const;  // "f32[4, 64]"
 
  private:
-  static Tensor owning(const Shape& shape, DType dtype, bool zeroed);
+  static Tensor owning(const Shape& shape, DType dtype, bool zeroed, Device device);
 
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;

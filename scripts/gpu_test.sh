@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU tests (ctest label `gpu`) on a machine with an NVIDIA GPU that lacks this project's
+# build dependencies (the `device` machine: CUDA, CMake and ctest, but no apt packages).
+#   scripts/gpu_test.sh pack   here, after the release build: copies build/tests/gpu's test
+#                              binaries and the shared libraries they need beyond glibc and
+#                              libstdc++ into .gpu-pack/
+#   scripts/gpu_test.sh run    there, from the repo root with .gpu-pack/ carried: registers the
+#                              packed binaries as ctest tests labelled gpu and runs ctest -L gpu
+# On a GPU machine with the full toolchain the same tests run with
+#   cmake --preset release && cmake --build --preset release && ctest --preset release -L gpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pack=.gpu-pack
+case "${1:-}" in
+  pack)
+    mapfile -t bins < <(find build/tests/gpu -maxdepth 1 -type f -executable -name 'gpu_*' | sort)
+    [ ${#bins[@]} -gt 0 ] || { echo "no GPU test binaries in build/tests/gpu: build with the CUDA backend" >&2; exit 1; }
+    rm -rf "$pack" && mkdir -p "$pack/bin" "$pack/lib"
+    cp "${bins[@]}" "$pack/bin/"
+    for b in "${bins[@]}"; do
+      ldd "$b" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt)\.so' |
+        xargs -r cp -L -t "$pack/lib/"
+    done
+    du -sh "$pack"
+    ;;
+  run)
+    [ -d "$pack/bin" ] || { echo "$pack/bin missing: run '$0 pack' where the project builds, carry $pack" >&2; exit 1; }
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    dir=$(mktemp -d)
+    for b in "$pack"/bin/gpu_*; do
+      name=$(basename "$b")
+      echo "add_test($name \"$PWD/$b\")" >>"$dir/CTestTestfile.cmake"
+      echo "set_tests_properties($name PROPERTIES LABELS gpu ENVIRONMENT \"LD_LIBRARY_PATH=$PWD/$pack/lib\")" \
+        >>"$dir/CTestTestfile.cmake"
+    done
+    cd "$dir" && ctest -L gpu --output-on-failure -V
+    ;;
+  *)
+    echo "usage: $0 pack|run" >&2
+    exit 2
+    ;;
+esac

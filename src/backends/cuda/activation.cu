@@ -1,0 +1,34 @@
+// Elementwise ops of the MLP and the residual stream, one thread per element.
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/kernels.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void silu_mul_kernel(const float* g, const float* u, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (i < n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+__global__ void add_kernel(float* a, const float* b, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (i < n) a[i] += b[i];
+}
+
+}  // namespace
+
+void silu_mul(cudaStream_t s, const float* g, const float* u, int64_t n, float* out) {
+  if (n == 0) return;
+  silu_mul_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, u, n, out);
+  HEARTH_CUDA_LAUNCHED("silu_mul");
+}
+
+void add(cudaStream_t s, float* a, const float* b, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(a, b, n);
+  HEARTH_CUDA_LAUNCHED("add");
+}
+
+}  // namespace hearth::cuda

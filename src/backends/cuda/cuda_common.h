@@ -1,0 +1,25 @@
+// What every CUDA file of the backend shares: error checks that throw, the device's stream,
+// and launch helpers. Host code only (the kernels are in the .cu files).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace hearth::cuda {
+
+// Throws std::runtime_error naming the call and CUDA's message when e is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+#define HEARTH_CUDA_CHECK(call) ::hearth::cuda::check((call), #call)
+// The error of the last launch, checked at once (launches do not return one).
+#define HEARTH_CUDA_LAUNCHED(what) ::hearth::cuda::check(cudaGetLastError(), what)
+
+// Makes `device` current and returns its stream: every kernel and copy of the backend on that
+// device runs in this one stream, so each sees the results of the ones before it.
+cudaStream_t use_device(Device device);
+
+inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace hearth::cuda

@@ -1,0 +1,39 @@
+// The CUDA backend's kernel launchers: host functions that queue one kernel each on `s`.
+// Pointers are device pointers; shapes as in core/ops.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace hearth::cuda {
+
+// x: [rows, d] -> y: [rows, d] (y may be x); y = x / rms(x) * w.
+void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y);
+
+// x: [T, H, Dh] in place; the first 2 * half dims of each head rotate (HF rotate-half).
+void rope(cudaStream_t s, float* x, int64_t T, int64_t H, int64_t Dh, const int32_t* positions, const float* inv_freq,
+          int64_t half, float attention_factor);
+
+// out[i] = silu(g[i]) * u[i] over n (out may be g); a[i] += b[i] over n.
+void silu_mul(cudaStream_t s, const float* g, const float* u, int64_t n, float* out);
+void add(cudaStream_t s, float* a, const float* b, int64_t n);
+
+// Rows ids[t] of table [V, D] (f32, bf16 or f16) as f32 into out: [T, D]. An id outside
+// [0, V) writes a zero row and its value to bad_id[1] (bad_id[0] set to 1).
+void embedding(cudaStream_t s, const void* table, DType type, int64_t V, int64_t D, const int32_t* ids, int64_t T,
+               float* out, int32_t* bad_id);
+
+// x: [R, V]: softmax of each row in place; ids[r] = the first index of row r's maximum.
+void softmax(cudaStream_t s, float* x, int64_t R, int64_t V);
+void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids);
+
+// k, v: [T, row] f32 into cache slots (slots [T]) of caches [n_slots, row] of `type` (f32, f16
+// or bf16, rounded to nearest even). A slot outside [0, n_slots) is skipped and reported as
+// embedding's bad ids are.
+void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t row, const int32_t* slots,
+              int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* bad_slot);
+
+}  // namespace hearth::cuda

@@ -1,0 +1,65 @@
+// New K/V rows into the paged cache, rounded to the cache's element type (round to nearest
+// even, as the CPU's store_f32_as), one thread per element. k, v: [T, row] f32; caches:
+// [n_slots, row].
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/kernels.h"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__device__ inline T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return __float2bfloat16_rn(v);
+  }
+}
+
+template <typename T>
+__global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
+                                int64_t n_slots, T* k_cache, T* v_cache, int32_t* bad_slot) {
+  const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (at >= T_rows * row) return;
+  const int64_t t = at / row, e = at % row;
+  const int32_t slot = slots[t];
+  if (slot < 0 || slot >= n_slots) {
+    if (e == 0) {
+      bad_slot[1] = slot;
+      bad_slot[0] = 1;
+    }
+    return;
+  }
+  const int64_t dst = static_cast<int64_t>(slot) * row + e;
+  k_cache[dst] = narrow<T>(k[at]);
+  v_cache[dst] = narrow<T>(v[at]);
+}
+
+template <typename T>
+void launch(cudaStream_t s, const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
+            int64_t n_slots, void* k_cache, void* v_cache, int32_t* bad_slot) {
+  kv_write_kernel<<<blocks_for(T_rows * row, kThreads), kThreads, 0, s>>>(
+      k, v, T_rows, row, slots, n_slots, static_cast<T*>(k_cache), static_cast<T*>(v_cache), bad_slot);
+}
+
+}  // namespace
+
+void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t row, const int32_t* slots,
+              int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* bad_slot) {
+  if (T * row == 0) return;
+  switch (type) {
+    case DType::kF16: launch<__half>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, bad_slot); break;
+    case DType::kBF16: launch<__nv_bfloat16>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, bad_slot); break;
+    default: launch<float>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, bad_slot); break;
+  }
+  HEARTH_CUDA_LAUNCHED("kv_write");
+}
+
+}  // namespace hearth::cuda

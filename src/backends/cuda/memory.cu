@@ -1,0 +1,145 @@
+// Device memory: a caching allocator over cudaMalloc (never managed memory). Freed blocks go
+// to a per-device free list, sized in rounded classes, and are handed out again without a
+// driver call; as all work on a device runs in its one stream (cuda_common.h), a block freed
+// by the host is reused only by work queued after everything that used it. When cudaMalloc
+// fails, the cached blocks are given back to the driver and the allocation is tried once more.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "backends/cuda/cuda_common.h"
+#include "base/error.h"
+#include "core/device_memory.h"
+
+namespace hearth::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+namespace {
+
+constexpr int kMaxDevices = 16;
+
+int count_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: none, and no sticky error
+    return 0;
+  }
+  return std::min(n, kMaxDevices);
+}
+
+}  // namespace
+
+cudaStream_t use_device(Device device) {
+  static std::array<cudaStream_t, kMaxDevices> streams{};
+  static std::mutex m;
+  static const int n = count_devices();
+  if (device.type != DeviceType::kCuda || device.index < 0 || device.index >= n) {
+    throw Unsupported("no device " + device.str() + " (this machine has " + std::to_string(n) + " CUDA device" +
+                      (n == 1 ? "" : "s") + ")");
+  }
+  HEARTH_CUDA_CHECK(cudaSetDevice(device.index));
+  std::lock_guard<std::mutex> lock(m);
+  cudaStream_t& s = streams[static_cast<size_t>(device.index)];
+  if (s == nullptr) HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+namespace {
+
+// Small blocks round to 512 bytes, large ones to 2 MiB, so that freed blocks fit later requests.
+size_t size_class(size_t bytes) {
+  constexpr size_t kSmall = 512, kLarge = size_t{2} << 20;
+  const size_t unit = bytes < (size_t{1} << 20) ? kSmall : kLarge;
+  return (std::max<size_t>(bytes, 1) + unit - 1) / unit * unit;
+}
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  int device_count() override { return count_devices(); }
+
+  void* allocate(Device device, size_t bytes) override {
+    use_device(device);
+    const size_t size = size_class(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& free = free_[static_cast<size_t>(device.index)];
+    if (auto it = free.find(size); it != free.end()) {
+      void* p = it->second;
+      free.erase(it);
+      return p;
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      release_cached(device);
+      e = cudaMalloc(&p, size);
+    }
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw std::bad_alloc();
+    }
+    check(e, "cudaMalloc");
+    sizes_[p] = size;
+    return p;
+  }
+
+  void deallocate(Device device, void* p, size_t) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[static_cast<size_t>(device.index)].emplace(sizes_.at(p), p);
+  }
+
+  void zero(Device device, void* p, size_t bytes) override {
+    HEARTH_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, use_device(device)));
+  }
+
+  void to_device(Device device, void* dst, const void* src, size_t bytes) override {
+    // From pageable host memory the call returns once the source has been staged, so the
+    // caller may free it at once.
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, use_device(device)));
+  }
+
+  void to_host(Device device, void* dst, const void* src, size_t bytes) override {
+    cudaStream_t s = use_device(device);
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  void on_device(Device device, void* dst, const void* src, size_t bytes) override {
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, use_device(device)));
+  }
+
+ private:
+  // Gives the device's cached blocks back to the driver (caller holds mutex_).
+  void release_cached(Device device) {
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(use_device(device)));
+    auto& free = free_[static_cast<size_t>(device.index)];
+    for (auto& [size, p] : free) {
+      HEARTH_CUDA_CHECK(cudaFree(p));
+      sizes_.erase(p);
+    }
+    free.clear();
+  }
+
+  std::mutex mutex_;
+  std::array<std::multimap<size_t, void*>, kMaxDevices> free_;
+  std::unordered_map<void*, size_t> sizes_;  // every block from cudaMalloc -> its size
+};
+
+// The allocator lives as long as the process: tensors freed during static destruction still
+// find it.
+const bool registered = [] {
+  register_device_memory(DeviceType::kCuda, new CudaMemory);
+  return true;
+}();
+
+}  // namespace
+}  // namespace hearth::cuda

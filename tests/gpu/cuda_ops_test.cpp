@@ -1,0 +1,251 @@
+// Every op of the CUDA backend against the CPU backend's scalar reference kernels, over random
+// shapes including odd sizes; device memory round trips; ops refuse tensors on the wrong
+// device. Skips when no CUDA device is present (CI builds these and runs them there).
+// Tolerances are in docs/numerics.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.h"
+#include "backends/cpu/kernels.h"
+#include "base/error.h"
+#include "core/device_memory.h"
+#include "core/ops.h"
+
+namespace hearth {
+namespace {
+
+using cpu::Isa;
+
+constexpr Device kGpu{DeviceType::kCuda, 0};
+
+#define SKIP_WITHOUT_GPU() \
+  if (device_count(DeviceType::kCuda) == 0) GTEST_SKIP() << "no CUDA device"
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+Tensor on_gpu(const Shape& shape, const std::vector<float>& values) {
+  return Tensor::from_f32(shape, values.data()).to_device(kGpu);
+}
+Tensor on_gpu_i32(const Shape& shape, const std::vector<int32_t>& values) {
+  return Tensor::from_i32(shape, values.data()).to_device(kGpu);
+}
+template <typename T>
+std::vector<T> to_host(const Tensor& t) {
+  const Tensor h = t.to_device(kCpu);
+  return std::vector<T>(h.data<T>(), h.data<T>() + h.numel());
+}
+
+// |got - want| <= atol + rtol * |want| everywhere; reports the worst element.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t worst = 0;
+  double worst_excess = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double excess = std::isnan(got[i]) != std::isnan(want[i])
+                              ? INFINITY
+                              : std::abs(double(got[i]) - want[i]) - (atol + rtol * std::abs(double(want[i])));
+    if (excess > worst_excess) worst_excess = excess, worst = i;
+  }
+  EXPECT_LE(worst_excess, 0.0) << what << ": element " << worst << " got " << got[worst] << " want " << want[worst];
+}
+
+Context gpu_ctx() { return Context{nullptr, kGpu}; }
+
+TEST(CudaMemory, RoundTripsZeroesAndReusesBlocks) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(1);
+  for (int64_t n : {1, 3, 1000, 1 << 20, (1 << 20) + 7}) {
+    const std::vector<float> v = random_floats(rng, size_t(n));
+    const Tensor g = on_gpu({n}, v);
+    EXPECT_EQ(g.device(), kGpu);
+    EXPECT_EQ(to_host<float>(g), v) << n;
+    EXPECT_EQ(to_host<float>(g.to_device(kGpu)), v) << "the same device: the same tensor";
+    EXPECT_EQ(to_host<float>(Tensor::zeros({n}, DType::kF32, kGpu)), std::vector<float>(size_t(n), 0.0f));
+  }
+  // Freed blocks come back for the next allocation of their size class, and keep no stale view.
+  for (int i = 0; i < 100; ++i) {
+    const std::vector<float> v(size_t(1000 + i), float(i));
+    EXPECT_EQ(to_host<float>(on_gpu({int64_t(v.size())}, v)), v);
+  }
+}
+
+TEST(CudaOps, RmsNormMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(2);
+  Context ctx = gpu_ctx();
+  for (int64_t rows : {1, 3, 17}) {
+    for (int64_t d : {1, 7, 64, 1000, 4096}) {
+      const std::vector<float> x = random_floats(rng, size_t(rows * d), -3.0f, 3.0f), w = random_floats(rng, size_t(d));
+      std::vector<float> want(x.size());
+      cpu::rms_norm(Isa::kScalar, x.data(), w.data(), rows, d, 1e-6f, want.data());
+      const Tensor gx = on_gpu({rows, d}, x), gw = on_gpu({d}, w);
+      Tensor gy = Tensor::empty({rows, d}, DType::kF32, kGpu);
+      ops::rms_norm(ctx, gx, gw, 1e-6f, gy);
+      expect_close(to_host<float>(gy), want, 1e-6, 2e-6,
+                   "rms_norm rows=" + std::to_string(rows) + " d=" + std::to_string(d));
+      ops::rms_norm(ctx, gx, gw, 1e-6f, const_cast<Tensor&>(gx));  // in place
+      expect_close(to_host<float>(gx), want, 1e-6, 2e-6, "rms_norm in place d=" + std::to_string(d));
+    }
+  }
+}
+
+TEST(CudaOps, RopeMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  Context ctx = gpu_ctx();
+  struct Case {
+    int64_t T, H, Dh, half;
+    float af;
+  };
+  for (const Case& c :
+       {Case{1, 1, 2, 1, 1.0f}, Case{5, 4, 64, 32, 1.0f}, Case{7, 3, 128, 32, 1.0f}, Case{33, 2, 128, 64, 1.2f}}) {
+    std::vector<float> x = random_floats(rng, size_t(c.T * c.H * c.Dh), -2.0f, 2.0f);
+    std::vector<int32_t> pos(size_t(c.T));
+    for (auto& p : pos) p = int32_t(rng() % 200000);
+    std::vector<float> inv_freq(size_t(c.half));
+    for (int64_t i = 0; i < c.half; ++i) inv_freq[size_t(i)] = std::pow(1e6f, -2.0f * float(i) / float(2 * c.half));
+    Tensor gx = on_gpu({c.T, c.H, c.Dh}, x);
+    ops::rope(ctx, gx, on_gpu_i32({c.T}, pos), on_gpu({c.half}, inv_freq), c.af);
+    cpu::rope(Isa::kScalar, x.data(), c.T, c.H, c.Dh, pos.data(), inv_freq.data(), c.half, c.af);
+    expect_close(to_host<float>(gx), x, 1e-6, 1e-6, "rope T=" + std::to_string(c.T) + " Dh=" + std::to_string(c.Dh));
+  }
+}
+
+TEST(CudaOps, SiluMulAndAddMatchTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4);
+  Context ctx = gpu_ctx();
+  for (int64_t n : {1, 7, 255, 256, 257, 100000}) {
+    const std::vector<float> g = random_floats(rng, size_t(n), -20.0f, 20.0f), u = random_floats(rng, size_t(n));
+    std::vector<float> want(static_cast<size_t>(n));
+    cpu::silu_mul(Isa::kScalar, g.data(), u.data(), n, want.data());
+    Tensor gg = on_gpu({n}, g);
+    const Tensor gu = on_gpu({n}, u);
+    Tensor out = Tensor::empty({n}, DType::kF32, kGpu);
+    ops::silu_mul(ctx, gg, gu, out);
+    expect_close(to_host<float>(out), want, 1e-6, 1e-6, "silu_mul n=" + std::to_string(n));
+    std::vector<float> sum = g;
+    cpu::add(Isa::kScalar, sum.data(), u.data(), n);
+    ops::add(ctx, gg, gu);
+    EXPECT_EQ(to_host<float>(gg), sum) << "add n=" << n;  // one rounding, the same on both
+  }
+}
+
+TEST(CudaOps, EmbeddingWidensRowsExactly) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  Context ctx = gpu_ctx();
+  const int64_t V = 1000, D = 65;
+  const std::vector<float> table = random_floats(rng, size_t(V * D));
+  const std::vector<int32_t> ids = {0, 999, 5, 5, 123};
+  for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const Tensor host = Tensor::from_f32({V, D}, table.data()).to(type);
+    std::vector<float> want(ids.size() * size_t(D));
+    for (size_t t = 0; t < ids.size(); ++t)
+      cpu::convert_row(Isa::kScalar, static_cast<const uint8_t*>(host.raw()) + size_t(ids[t] * D) * dtype_size(type),
+                       type, D, want.data() + t * size_t(D));
+    Tensor out = Tensor::empty({int64_t(ids.size()), D}, DType::kF32, kGpu);
+    ops::embedding(ctx, host.to_device(kGpu), on_gpu_i32({int64_t(ids.size())}, ids), out);
+    EXPECT_EQ(to_host<float>(out), want) << dtype_name(type);
+  }
+  Tensor out = Tensor::empty({2, D}, DType::kF32, kGpu);
+  try {
+    ops::embedding(ctx, on_gpu({V, D}, table), on_gpu_i32({2}, {3, 1000}), out);
+    ADD_FAILURE() << "an id past the vocabulary was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("outside vocabulary of 1000: 1000"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaOps, SoftmaxAndArgmaxMatchTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(6);
+  Context ctx = gpu_ctx();
+  for (int64_t V : {1, 5, 1000, 151936}) {
+    const int64_t R = 3;
+    std::vector<float> x = random_floats(rng, size_t(R * V), -10.0f, 10.0f);
+    if (V > 5) x[size_t(V + 7)] = x[size_t(V + 3)] = 50.0f;  // a tie in row 1: the first wins
+    std::vector<int32_t> want_ids(static_cast<size_t>(R));
+    std::vector<float> want = x;
+    for (int64_t r = 0; r < R; ++r) {
+      want_ids[size_t(r)] = int32_t(cpu::argmax_row(Isa::kScalar, x.data() + r * V, V));
+      cpu::softmax_row(Isa::kScalar, want.data() + r * V, V);
+    }
+    Tensor gx = on_gpu({R, V}, x);
+    Tensor ids = Tensor::empty({R}, DType::kI32, kGpu);
+    ops::argmax(ctx, gx, ids);
+    EXPECT_EQ(to_host<int32_t>(ids), want_ids) << "V=" << V;
+    ops::softmax(ctx, gx);
+    expect_close(to_host<float>(gx), want, 1e-7, 1e-5, "softmax V=" + std::to_string(V));
+  }
+}
+
+TEST(CudaOps, KvWriteRoundsLikeTheCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  Context ctx = gpu_ctx();
+  const int64_t blocks = 5, bs = 4, Hkv = 2, Dh = 24, T = 6, row = Hkv * Dh;
+  std::vector<float> k = random_floats(rng, size_t(T * row), -70000.0f, 70000.0f),
+                     v = random_floats(rng, size_t(T * row));
+  k[0] = 1e-40f, k[1] = 65520.0f, k[2] = 1.0f + 1.0f / 2048;  // subnormal, overflow to inf, a tie
+  const std::vector<int32_t> slots = {0, 19, 4, 5, 11, 2};
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    ops::KvLayer host{Tensor::zeros({blocks, bs, Hkv, Dh}, type), Tensor::zeros({blocks, bs, Hkv, Dh}, type)};
+    cpu::KvWriteArgs a{k.data(), v.data(), T, row, slots.data(), blocks * bs, host.k.raw(), host.v.raw(), type};
+    cpu::kv_write(Isa::kScalar, a);
+    ops::KvLayer gpu{Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu),
+                     Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu)};
+    ops::kv_write(ctx, on_gpu({T, Hkv, Dh}, k), on_gpu({T, Hkv, Dh}, v), on_gpu_i32({T}, slots), gpu);
+    for (auto [want, got] : {std::pair{&host.k, &gpu.k}, std::pair{&host.v, &gpu.v}}) {
+      const Tensor back = got->to_device(kCpu);
+      EXPECT_EQ(std::memcmp(back.raw(), want->raw(), want->nbytes()), 0) << dtype_name(type);
+    }
+    try {
+      ops::kv_write(ctx, on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))),
+                    on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))), on_gpu_i32({1}, {20}), gpu);
+      ADD_FAILURE() << "a slot past the pool was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("slot outside the pool of 20: 20"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
+  SKIP_WITHOUT_GPU();
+  Context ctx = gpu_ctx();
+  Tensor a = Tensor::zeros({4}, DType::kF32, kGpu);
+  const Tensor b = Tensor::zeros({4}, DType::kF32);  // on the CPU
+  try {
+    ops::add(ctx, a, b);
+    ADD_FAILURE() << "a CPU tensor reached a CUDA kernel";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("add: f32[4] is on cpu, the op runs on cuda:0"), std::string::npos)
+        << e.what();
+  }
+  Context cpu_ctx{nullptr, kCpu};
+  EXPECT_THROW(ops::add(cpu_ctx, a, a), InputError);
+  // Ops with no CUDA kernel yet say so by name.
+  Tensor y = Tensor::zeros({1, 4}, DType::kF32, kGpu);
+  try {
+    ops::matmul(ctx, Tensor::zeros({1, 4}, DType::kF32, kGpu), Tensor::zeros({4, 4}, DType::kF32, kGpu), Tensor(), y);
+    ADD_FAILURE() << "matmul ran";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul has no CUDA implementation"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tensor::zeros({4}, DType::kF32, Device{DeviceType::kCuda, 99}), Unsupported);
+}
+
+}  // namespace
+}  // namespace hearth
