@@ -18,7 +18,9 @@ case "${1:-}" in
     rm -rf "$pack" && mkdir -p "$pack/bin" "$pack/lib"
     cp "${bins[@]}" "$pack/bin/"
     for b in "${bins[@]}"; do
-      ldd "$b" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt)\.so' |
+      # Not glibc's, libstdc++ or CUDA's own (the GPU machine has its toolkit).
+      ldd "$b" | awk '$3 ~ /^\// {print $3}' |
+        grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt|libcublas[^/]*|libcudart)\.so' |
         xargs -r cp -L -t "$pack/lib/"
     done
     du -sh "$pack"
@@ -26,11 +28,18 @@ case "${1:-}" in
   run)
     [ -d "$pack/bin" ] || { echo "$pack/bin missing: run '$0 pack' where the project builds, carry $pack" >&2; exit 1; }
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    # The CUDA toolkit's libraries (cuBLAS) where the GPU machine keeps them.
+    libs="$PWD/$pack/lib"
+    pip_cublas=$(python3 -c 'import nvidia.cublas as m; print(m.__path__[0] + "/lib")' 2>/dev/null || true)
+    for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+      $pip_cublas; do
+      if [ -d "$d" ]; then libs="$libs:$d"; fi
+    done
     dir=$(mktemp -d)
     for b in "$pack"/bin/gpu_*; do
       name=$(basename "$b")
       echo "add_test($name \"$PWD/$b\")" >>"$dir/CTestTestfile.cmake"
-      echo "set_tests_properties($name PROPERTIES LABELS gpu ENVIRONMENT \"LD_LIBRARY_PATH=$PWD/$pack/lib\")" \
+      echo "set_tests_properties($name PROPERTIES LABELS gpu ENVIRONMENT \"LD_LIBRARY_PATH=$libs\")" \
         >>"$dir/CTestTestfile.cmake"
     done
     cd "$dir" && ctest -L gpu --output-on-failure -V

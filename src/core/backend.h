@@ -16,9 +16,9 @@ class Backend {
   virtual void matmul(Context&, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
   virtual void quantized_matmul(Context&, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) = 0;
   virtual void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) = 0;
-  // The matrix in the layout this backend's kernels read best (done once, at load); the same
-  // values. Default: as it is.
-  virtual QuantizedMatrix prepare(const QuantizedMatrix& w) { return w; }
+  // The matrix on `device` in the layout this backend's kernels read best (done once, at
+  // load); the same values. Default: as it is.
+  virtual QuantizedMatrix prepare(const QuantizedMatrix& w, Device device) { return w; }
   virtual void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
   virtual void rope(Context&, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) = 0;
   virtual void kv_write(Context&, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) = 0;

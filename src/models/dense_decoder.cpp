@@ -71,9 +71,10 @@ DenseDecoder::DenseDecoder(const DecoderArgs& args, const JsonConfig& config, co
   rope_ = Rope::from_config(config, args.attention.head_dim);
   // GGUF files carry Llama 3's RoPE scaling as per-frequency divisors (docs/gguf.md).
   if (w.has("rope_freqs.weight")) {
-    const Tensor divisors = w.vector_f32("rope_freqs.weight", rope_.inv_freq.dim(0));
+    const Tensor divisors = w.vector_f32("rope_freqs.weight", rope_.inv_freq.dim(0)).to_device(kCpu);
     for (int64_t i = 0; i < divisors.dim(0); ++i) rope_.inv_freq.data<float>()[i] /= divisors.data<float>()[i];
   }
+  rope_.inv_freq = rope_.inv_freq.to_device(w.options().device);
   embed_ = Embedding::load(w, "model.embed_tokens", args.vocab_size, args.hidden);
   for (int64_t i = 0; i < args.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
@@ -149,7 +150,7 @@ Tensor DenseDecoder::forward(Context& ctx, const Batch& batch, KvCache& kv) cons
     ops::add(ctx, x, l.mlp.forward(ctx, l.post_norm.forward(ctx, x)));
   }
   // Only the rows that need logits go through the final norm and the LM head.
-  Tensor rows = Tensor::empty({batch.logits_rows.dim(0), args_.hidden}, DType::kF32);
+  Tensor rows = Tensor::empty({batch.logits_rows.dim(0), args_.hidden}, DType::kF32, ctx.device);
   ops::embedding(ctx, x, batch.logits_rows, rows);
   return lm_head_.forward(ctx, final_norm_.forward(ctx, rows));
 }

@@ -44,8 +44,8 @@ class Model {
   // Runs the batch, writing new K/V into `kv`. Returns logits [R, vocab] f32 for the rows
   // listed in batch.logits_rows, in that order.
   virtual Tensor forward(Context& ctx, const Batch& batch, KvCache& kv) const = 0;
-  KvCache allocate_kv(int64_t n_blocks, int64_t block_size, DType dtype) const {
-    return KvCache::allocate(info_.n_layers, n_blocks, block_size, info_.n_kv_heads, info_.head_dim, dtype);
+  KvCache allocate_kv(int64_t n_blocks, int64_t block_size, DType dtype, Device device = kCpu) const {
+    return KvCache::allocate(info_.n_layers, n_blocks, block_size, info_.n_kv_heads, info_.head_dim, dtype, device);
   }
   // The KV element type when none is asked for: f32 for f32 weights (exact parity with the
   // reference), else f16, as llama.cpp keeps it (half the bytes that decode reads; 11

@@ -33,7 +33,7 @@ Tensor Attention::forward(Context& ctx, const Tensor& x, const Batch& batch, con
   ops::rope(ctx, qh, batch.positions, rope.inv_freq, rope.attention_factor);
   ops::rope(ctx, kh, batch.positions, rope.inv_freq, rope.attention_factor);
   ops::kv_write(ctx, kh, vh, batch.slots, kv);
-  Tensor attn = Tensor::empty(qh.shape(), DType::kF32);
+  Tensor attn = Tensor::empty(qh.shape(), DType::kF32, ctx.device);
   ops::attention(ctx, qh, kv, batch.attn, scale, window, attn);
   return o.forward(ctx, attn.reshape({T, shape.n_heads * shape.head_dim}));
 }

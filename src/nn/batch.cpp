@@ -46,4 +46,16 @@ Batch Batch::build(const std::vector<SeqStep>& seqs, int64_t block_size) {
   return b;
 }
 
+Batch Batch::to_device(Device device) const {
+  Batch b;
+  b.tokens = tokens.to_device(device);
+  b.positions = positions.to_device(device);
+  b.slots = slots.to_device(device);
+  b.attn.seq_starts = attn.seq_starts.to_device(device);
+  b.attn.context_lens = attn.context_lens.to_device(device);
+  b.attn.block_tables = attn.block_tables.to_device(device);
+  b.logits_rows = logits_rows.to_device(device);
+  return b;
+}
+
 }  // namespace hearth

@@ -28,6 +28,8 @@ struct Batch {
 
   // Throws InputError when a sequence's blocks cannot hold its tokens.
   static Batch build(const std::vector<SeqStep>& seqs, int64_t block_size);
+  // The same batch with every tensor on `device`.
+  Batch to_device(Device device) const;
 };
 
 }  // namespace hearth

@@ -21,8 +21,8 @@ Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols)
     throw FileError(store_.source(),
                     quoted(name) + " has dtype " + std::string(dtype_name(t.dtype())) + "; expected f32, bf16 or f16");
   }
-  if (options_.weight_dtype && *options_.weight_dtype != t.dtype()) return t.to(*options_.weight_dtype);
-  return t;
+  if (options_.weight_dtype && *options_.weight_dtype != t.dtype()) t = t.to(*options_.weight_dtype);
+  return t.to_device(options_.device);
 }
 
 Tensor WeightLoader::vector_f32(const std::string& name, int64_t n) const {
@@ -38,7 +38,7 @@ Tensor WeightLoader::vector_f32(const std::string& name, int64_t n) const {
     throw FileError(store_.source(),
                     quoted(name) + " has dtype " + std::string(dtype_name(t.dtype())) + "; expected a float type");
   }
-  return t.to(DType::kF32);
+  return t.to(DType::kF32).to_device(options_.device);
 }
 
 Tensor WeightLoader::optional_vector_f32(const std::string& name, int64_t n) const {
@@ -71,7 +71,7 @@ QuantizedMatrix WeightLoader::quantized(const std::string& prefix, int64_t rows,
   QuantizedMatrix q = stored;
   // Q4_0 and Q8_0 are symmetric affine codes: repacked once, they take the affine kernels.
   if (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) q = ggml_to_affine(q);
-  q = backend_for(options_.device).prepare(q);
+  q = backend_for(options_.device).prepare(q, options_.device);
   // What was copied into another layout need not stay resident in the mapped file.
   auto still_used = [&](const Tensor& t) {
     for (const Tensor* u : {&q.packed, &q.scales, &q.biases})
@@ -128,7 +128,7 @@ Linear Linear::load(const WeightLoader& w, const std::string& prefix, int64_t in
 }
 
 Tensor Linear::forward(Context& ctx, const Tensor& x) const {
-  Tensor y = Tensor::empty({x.dim(0), out_features()}, DType::kF32);
+  Tensor y = Tensor::empty({x.dim(0), out_features()}, DType::kF32, ctx.device);
   if (qweight.defined()) {
     ops::quantized_matmul(ctx, x, qweight, bias, y);
   } else {
@@ -145,7 +145,7 @@ Embedding Embedding::load(const WeightLoader& w, const std::string& prefix, int6
 }
 
 Tensor Embedding::forward(Context& ctx, const Tensor& ids) const {
-  Tensor out = Tensor::empty({ids.dim(0), qtable.defined() ? qtable.cols : table.dim(1)}, DType::kF32);
+  Tensor out = Tensor::empty({ids.dim(0), qtable.defined() ? qtable.cols : table.dim(1)}, DType::kF32, ctx.device);
   if (qtable.defined()) {
     ops::quantized_embedding(ctx, qtable, ids, out);
   } else {
@@ -159,7 +159,7 @@ RmsNorm RmsNorm::load(const WeightLoader& w, const std::string& name, int64_t di
 }
 
 Tensor RmsNorm::forward(Context& ctx, const Tensor& x) const {
-  Tensor y = Tensor::empty(x.shape(), DType::kF32);
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, ctx.device);
   ops::rms_norm(ctx, x, weight, eps, y);
   return y;
 }

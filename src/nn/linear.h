@@ -14,9 +14,9 @@ namespace hearth {
 
 struct LoadOptions {
   // Convert matrices to this dtype at load time (tests, --dtype); default keeps the file's.
-  std::optional<DType> weight_dtype;
-  // The device the model runs on: quantized matrices take its backend's layout at load
-  // (Backend::prepare).
+  std::optional<DType> weight_dtype = std::nullopt;
+  // The device the model runs on: every weight is loaded into its memory, and quantized
+  // matrices take its backend's layout (Backend::prepare).
   Device device = kCpu;
 };
 
@@ -38,6 +38,7 @@ class WeightLoader {
   // PREFIX.biases; shapes and dtypes checked against the config's spec).
   QuantizedMatrix quantized(const std::string& prefix, int64_t rows, int64_t cols) const;
   bool has(const std::string& name) const { return store_.has(name); }
+  const LoadOptions& options() const { return options_; }
   const QuantConfig& quant() const { return quant_; }
   const WeightSource& store() const { return store_; }
 

@@ -26,7 +26,7 @@ Engine::Engine(const Model& model, Context ctx, EngineOptions options)
       ctx_(ctx),
       options_(options),
       kv_(model.allocate_kv(blocks_for(model, options), options.block_size,
-                            options.kv_dtype.value_or(model.default_kv_dtype()))),
+                            options.kv_dtype.value_or(model.default_kv_dtype()), ctx.device)),
       pool_(kv_.n_blocks),
       prefix_cache_(pool_, options.block_size, cache_blocks(kv_, options)) {
   HEARTH_CHECK(options.block_size > 0);
@@ -63,8 +63,9 @@ Tensor Engine::step(const std::vector<Work>& work) {
     steps.push_back(SeqStep{std::span<const int32_t>(s.tokens.data() + s.n_cached, static_cast<size_t>(w.n_tokens)),
                             static_cast<int32_t>(s.n_cached), std::span<const int32_t>(s.blocks), w.all_logits});
   }
-  const Batch batch = Batch::build(steps, options_.block_size);
-  Tensor logits = model_.forward(ctx_, batch, kv_);
+  // Built on the host, run on the context's device; logits come back to the host (sampling).
+  const Batch batch = Batch::build(steps, options_.block_size).to_device(ctx_.device);
+  Tensor logits = model_.forward(ctx_, batch, kv_).to_device(kCpu);
   for (const Work& w : work) w.seq->n_cached += w.n_tokens;
   return logits;
 }

@@ -4,6 +4,7 @@
 // Tolerances are in docs/numerics.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "base/error.h"
 #include "core/device_memory.h"
 #include "core/ops.h"
+#include "core/quant.h"
 
 namespace hearth {
 namespace {
@@ -222,6 +224,100 @@ TEST(CudaOps, KvWriteRoundsLikeTheCpu) {
   }
 }
 
+// Decode sizes (T <= 8) take the matvec kernel, larger ones cuBLAS; 16-bit weights with T > 8
+// round x to their type: |dy| <= (eps_x + 1e-6) sum_k |x_k w_k| + 1e-5 (1 + |y|), eps_x = 2^-8
+// (bf16), 2^-11 (f16), 0 otherwise; 1e-6 covers f32 sums taken in another order.
+TEST(CudaOps, MatmulMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  Context ctx = gpu_ctx();
+  for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t T : {1, 3, 8, 9, 33}) {
+      for (auto [K, N] : {std::pair<int64_t, int64_t>{64, 1}, {100, 17}, {1000, 300}}) {
+        const std::vector<float> x = random_floats(rng, size_t(T * K)), wf = random_floats(rng, size_t(N * K)),
+                                 bias = random_floats(rng, size_t(N));
+        const Tensor w = Tensor::from_f32({N, K}, wf.data()).to(type);
+        std::vector<float> want(size_t(T * N)), abs_dot(size_t(T * N));
+        cpu::matmul(Isa::kScalar, nullptr, x.data(), T, K, w.raw(), type, N, bias.data(), want.data());
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k)
+              abs_dot[size_t(t * N + n)] += std::abs(x[size_t(t * K + k)] * element_as_f32(w, n * K + k));
+        Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
+        ops::matmul(ctx, on_gpu({T, K}, x), w.to_device(kGpu), on_gpu({N}, bias), y);
+        const std::vector<float> got = to_host<float>(y);
+        const double eps_x = T <= 8 || type == DType::kF32 ? 0.0 : type == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_LE(std::abs(got[i] - want[i]), (eps_x + 1e-6) * abs_dot[i] + 1e-5 * (1 + std::abs(want[i])))
+              << dtype_name(type) << " T=" << T << " K=" << K << " N=" << N << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Paged attention over a shuffled block table with NaN in every unused slot, prefill and
+// decode rows of several sequences, GQA, windows, and each cache type.
+TEST(CudaOps, AttentionMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(9);
+  Context ctx = gpu_ctx();
+  const int64_t Hq = 8, Hkv = 2, block_size = 16;
+  const std::vector<int32_t> q_lens = {1, 37, 1, 5}, ctx_lens = {300, 0, 17, 64};
+  for (int64_t Dh : {64, 128, 80}) {
+    for (int32_t window : {0, 100}) {
+      for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+        const int64_t S = int64_t(q_lens.size());
+        std::vector<int32_t> starts = {0};
+        int64_t max_blocks = 0, total_blocks = 2;
+        for (int64_t s = 0; s < S; ++s) {
+          starts.push_back(starts.back() + q_lens[size_t(s)]);
+          max_blocks = std::max(max_blocks, (ctx_lens[size_t(s)] + q_lens[size_t(s)] + block_size - 1) / block_size);
+        }
+        total_blocks += S * max_blocks;
+        std::vector<int32_t> perm(static_cast<size_t>(total_blocks));
+        for (size_t i = 0; i < perm.size(); ++i) perm[i] = int32_t(i);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::vector<int32_t> tables(size_t(S * max_blocks));
+        for (size_t i = 0; i < tables.size(); ++i) tables[i] = perm[i];
+        const int64_t T = starts.back(), n_slots = total_blocks * block_size;
+        // Every slot random, then the slots no sequence owns set to NaN.
+        std::vector<float> k = random_floats(rng, size_t(n_slots * Hkv * Dh)), v = random_floats(rng, k.size());
+        std::vector<bool> owned(size_t(n_slots), false);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < ctx_lens[size_t(s)] + q_lens[size_t(s)]; ++j)
+            owned[size_t(tables[size_t(s * max_blocks + j / block_size)] * block_size + j % block_size)] = true;
+        for (int64_t slot = 0; slot < n_slots; ++slot)
+          if (!owned[size_t(slot)])
+            for (int64_t e = 0; e < Hkv * Dh; ++e)
+              k[size_t(slot * Hkv * Dh + e)] = v[size_t(slot * Hkv * Dh + e)] = std::numeric_limits<float>::quiet_NaN();
+        const Tensor kc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, k.data()).to(type);
+        const Tensor vc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, v.data()).to(type);
+        const std::vector<float> q = random_floats(rng, size_t(T * Hq * Dh), -2.0f, 2.0f);
+        const float scale = 1.0f / std::sqrt(float(Dh));
+        std::vector<float> want(q.size());
+        cpu::AttentionArgs a{};
+        a.q = q.data();
+        a.out = want.data();
+        a.T = T, a.Hq = Hq, a.Hkv = Hkv, a.Dh = Dh;
+        a.k_cache = kc.raw(), a.v_cache = vc.raw(), a.kv_dtype = type;
+        a.block_size = block_size;
+        a.seq_starts = starts.data(), a.context_lens = ctx_lens.data(), a.block_tables = tables.data();
+        a.n_seqs = S, a.max_blocks = max_blocks, a.scale = scale, a.window = window;
+        cpu::attention(Isa::kScalar, nullptr, a);
+        const ops::KvLayer cache{kc.to_device(kGpu), vc.to_device(kGpu)};
+        const ops::AttentionBatch batch{on_gpu_i32({S + 1}, starts), on_gpu_i32({S}, ctx_lens),
+                                        on_gpu_i32({S, max_blocks}, tables)};
+        Tensor out = Tensor::empty({T, Hq, Dh}, DType::kF32, kGpu);
+        ops::attention(ctx, on_gpu({T, Hq, Dh}, q), cache, batch, scale, window, out);
+        expect_close(to_host<float>(out), want, 1e-5, 1e-4,
+                     std::string("attention ") + std::string(dtype_name(type)) + " Dh=" + std::to_string(Dh) +
+                         " window=" + std::to_string(window));
+      }
+    }
+  }
+}
+
 TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
   SKIP_WITHOUT_GPU();
   Context ctx = gpu_ctx();
@@ -237,12 +333,14 @@ TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
   Context cpu_ctx{nullptr, kCpu};
   EXPECT_THROW(ops::add(cpu_ctx, a, a), InputError);
   // Ops with no CUDA kernel yet say so by name.
-  Tensor y = Tensor::zeros({1, 4}, DType::kF32, kGpu);
+  QuantizedMatrix q = affine_quantize(Tensor::zeros({16, 64}, DType::kF32), QuantSpec{4, 64}, DType::kBF16);
+  for (Tensor* t : {&q.packed, &q.scales, &q.biases}) *t = t->to_device(kGpu);
+  Tensor y = Tensor::zeros({1, 16}, DType::kF32, kGpu);
   try {
-    ops::matmul(ctx, Tensor::zeros({1, 4}, DType::kF32, kGpu), Tensor::zeros({4, 4}, DType::kF32, kGpu), Tensor(), y);
-    ADD_FAILURE() << "matmul ran";
+    ops::quantized_matmul(ctx, Tensor::zeros({1, 64}, DType::kF32, kGpu), q, Tensor(), y);
+    ADD_FAILURE() << "quantized_matmul ran";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("matmul has no CUDA implementation"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("quantized_matmul has no CUDA implementation"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Tensor::zeros({4}, DType::kF32, Device{DeviceType::kCuda, 99}), Unsupported);
 }

@@ -46,7 +46,7 @@ class CpuBackend final : public Backend {
   }
 
   // 4- and 8-bit affine matrices become 16-row panels where the int8 dot-product kernels run.
-  QuantizedMatrix prepare(const QuantizedMatrix& w) override {
+  QuantizedMatrix prepare(const QuantizedMatrix& w, Device) override {
     const bool panels_pay = !w.is_ggml() && w.layout == AffineLayout::kRows && (w.spec.bits == 4 || w.spec.bits == 8) &&
                             active_isa() == Isa::kAvx512 && has_avx512_vnni();
     return panels_pay ? affine_to_panels(w) : w;

@@ -2,8 +2,8 @@
 // itself for DeviceType::kCuda at static-initialization time (no CUDA call happens then, so a
 // build with this backend starts on machines with no GPU).
 //
-// Ops without a kernel yet (dense and quantized matmul, quantized embedding, attention) throw
-// Unsupported naming the op.
+// Ops without a kernel yet (quantized matmul and embedding) throw Unsupported naming the op;
+// quantized matrices are still moved to the device at load (prepare).
 #include <string>
 
 #include "backends/cuda/cuda_common.h"
@@ -44,7 +44,23 @@ class CudaBackend final : public Backend {
     bad.check("embedding: token id outside vocabulary of " + std::to_string(table.dim(0)) + ": ");
   }
 
-  void matmul(Context&, const Tensor&, const Tensor&, const Tensor&, Tensor&) override { no_kernel("matmul"); }
+  void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override {
+    const int64_t T = x.dim(0), K = x.dim(1);
+    Tensor scratch;
+    if (matmul_needs_scratch(T, w.dtype())) scratch = Tensor::empty({T * K * 2}, DType::kU8, ctx.device);
+    cuda::matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, K, w.raw(), w.dtype(), w.dim(0),
+                 bias.defined() ? bias.data<float>() : nullptr, y.data<float>(),
+                 scratch.defined() ? scratch.raw() : nullptr);
+  }
+
+  // The matrix's tensors on the device (no other layout yet).
+  QuantizedMatrix prepare(const QuantizedMatrix& w, Device device) override {
+    QuantizedMatrix q = w;
+    for (Tensor* t : {&q.packed, &q.scales, &q.biases}) {
+      if (t->defined()) *t = t->to_device(device);
+    }
+    return q;
+  }
   void quantized_matmul(Context&, const Tensor&, const QuantizedMatrix&, const Tensor&, Tensor&) override {
     no_kernel("quantized_matmul");
   }
@@ -71,9 +87,28 @@ class CudaBackend final : public Backend {
     bad.check("kv_write: slot outside the pool of " + std::to_string(n_slots) + ": ");
   }
 
-  void attention(Context&, const Tensor&, const ops::KvLayer&, const ops::AttentionBatch&, float, int32_t,
-                 Tensor&) override {
-    no_kernel("attention");
+  void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
+                 float scale, int32_t window, Tensor& out) override {
+    AttentionArgs a{};
+    a.q = q.data<float>();
+    a.out = out.data<float>();
+    a.T = q.dim(0);
+    a.Hq = q.dim(1);
+    a.Hkv = cache.k.dim(2);
+    a.Dh = q.dim(2);
+    a.k_cache = cache.k.raw();
+    a.v_cache = cache.v.raw();
+    a.kv_dtype = cache.k.dtype();
+    a.block_size = cache.k.dim(1);
+    a.seq_starts = batch.seq_starts.data<int32_t>();
+    a.context_lens = batch.context_lens.data<int32_t>();
+    a.block_tables = batch.block_tables.data<int32_t>();
+    a.n_seqs = batch.context_lens.dim(0);
+    a.max_blocks = batch.block_tables.dim(1);
+    a.scale = scale;
+    a.window = window;
+    if (a.Dh > 256) throw Unsupported("attention: head dim " + std::to_string(a.Dh) + " over 256 on CUDA");
+    cuda::attention(use_device(ctx.device), a);
   }
 
   void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) override {

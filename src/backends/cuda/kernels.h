@@ -36,4 +36,29 @@ void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids);
 void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t row, const int32_t* slots,
               int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* bad_slot);
 
+// y: [T, N] f32 = x: [T, K] f32 . w: [N, K] (f32, bf16 or f16)^T + bias ([N] or null). scratch:
+// T * K 16-bit values (used for 16-bit weights when T > 8; may be null otherwise).
+void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
+            const float* bias, float* y, void* scratch);
+// True when matmul needs `scratch` for these sizes.
+inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > 8 && w_type != DType::kF32; }
+
+struct AttentionArgs {
+  const float* q;  // [T, Hq, Dh]
+  float* out;      // [T, Hq, Dh]
+  int64_t T, Hq, Hkv, Dh;
+  const void* k_cache;  // [n_blocks, block_size, Hkv, Dh] of kv_dtype
+  const void* v_cache;
+  DType kv_dtype;
+  int64_t block_size;
+  const int32_t* seq_starts;    // [S + 1]
+  const int32_t* context_lens;  // [S]
+  const int32_t* block_tables;  // [S, max_blocks]
+  int64_t n_seqs, max_blocks;
+  float scale;
+  int32_t window;  // <= 0: none
+};
+// Varlen paged attention with GQA (core/ops.h), Dh <= 256.
+void attention(cudaStream_t s, const AttentionArgs& args);
+
 }  // namespace hearth::cuda
