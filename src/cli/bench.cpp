@@ -203,13 +203,13 @@ int run_bench(const std::vector<std::string>& args) {
 
   EngineOptions eo = mf.engine_options();
   eo.kv_tokens = prompt_tokens + gen_tokens;
-  Engine engine(*model, Context{pool.get(), kCpu}, eo);
+  Engine engine(*model, Context{pool.get(), load_options.device}, eo);
   const std::vector<int32_t> prompt = random_prompt(prompt_tokens, info.vocab_size);
   // Warm-up: fault in the mapped weights and the first KV pages; not measured.
   run_once(engine, std::vector<int32_t>(prompt.begin(), prompt.begin() + std::min<int64_t>(prompt_tokens, 16)), 2);
   // The bandwidth is probed right after each run: on a shared machine it drifts (other tenants'
   // traffic), so each run's decode is set against the bandwidth of its own moment.
-  Context ctx{pool.get(), kCpu};
+  Context ctx{pool.get(), load_options.device};
   BandwidthProbe probe;
   probe.bytes = static_cast<size_t>(bandwidth_mib) << 20;
   std::vector<Rep> runs;

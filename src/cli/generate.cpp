@@ -78,7 +78,7 @@ int run_generate(const std::vector<std::string>& args) {
 
   EngineOptions eo = mf.engine_options();
   eo.kv_tokens = ctx_tokens > 0 ? ctx_tokens : 0;
-  Engine engine(*model, Context{pool.get(), kCpu}, eo);
+  Engine engine(*model, Context{pool.get(), mf.device()}, eo);
   GenerationStream stream(engine, req);
   std::vector<int32_t> out;
   std::optional<StreamingDecoder> detok;

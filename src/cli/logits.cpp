@@ -34,7 +34,7 @@ int run_logits(const std::vector<std::string>& args) {
   }
   EngineOptions eo = mf.engine_options();
   eo.kv_tokens = static_cast<int64_t>(ids.size());
-  Engine engine(*model, Context{pool.get(), kCpu}, eo);
+  Engine engine(*model, Context{pool.get(), mf.device()}, eo);
   Sequence seq;
   seq.tokens = ids;
   const Tensor logits = engine.step({{&seq, static_cast<int64_t>(ids.size()), true}});

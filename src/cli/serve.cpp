@@ -158,7 +158,7 @@ int run_serve(const std::vector<std::string>& args) {
   EngineOptions eo = mf.engine_options();
   eo.kv_tokens = ctx_tokens;
   eo.prompt_cache_bytes = static_cast<int64_t>(prompt_cache_gb * 1e9);
-  Engine engine(*model, Context{pool.get(), kCpu}, eo);
+  Engine engine(*model, Context{pool.get(), mf.device()}, eo);
   server::HttpServer server(engine, tokenizer, model->info().generation, so);
   const int bound = server.bind();  // throws (exit 1, one line) when the port is taken
 

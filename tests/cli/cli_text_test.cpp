@@ -117,6 +117,19 @@ TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
   testing::run_hearth("generate --model " + model.path() + " --prompt hi --kv-dtype q8", "", &status, &err);
   EXPECT_EQ(status, 1);
   EXPECT_NE(err.find("--kv-dtype: expected auto, f32, f16 or bf16, got 'q8'"), std::string::npos) << err;
+  // --device: the CPU by name; a device this machine lacks, or a name we do not know, is refused.
+  const json cpu = json::parse(testing::run_hearth(
+      "generate --model " + model.path() + " --prompt 'Hello world' --max-tokens 4 --temp 0 --json --device cpu", "",
+      &status));
+  EXPECT_EQ(status, 0);
+  const auto cpu_ids = cpu["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(cpu_ids, std::vector<int32_t>(ids.begin(), ids.begin() + 4)) << "greedy: a prefix of the 12-token run";
+  testing::run_hearth("generate --model " + model.path() + " --prompt hi --device cuda:99", "", &status, &err);
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(err.find("--device cuda:99: this machine has"), std::string::npos) << err;
+  testing::run_hearth("generate --model " + model.path() + " --prompt hi --device gpu", "", &status, &err);
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(err.find("--device: expected auto, cpu, cuda or cuda:N, got 'gpu'"), std::string::npos) << err;
 }
 
 }  // namespace
