@@ -252,5 +252,7 @@ void softmax(Context& ctx, Tensor& x) {
   backend_on(ctx, "softmax", {&x}).softmax(ctx, x);
 }
 
+void check_errors(Context& ctx) { backend_for(ctx.device).check_errors(ctx); }
+
 }  // namespace ops
 }  // namespace hearth

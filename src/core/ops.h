@@ -67,4 +67,9 @@ void argmax(Context& ctx, const Tensor& x, Tensor& ids);
 // x: [R, V] f32, softmax over each row in place.
 void softmax(Context& ctx, Tensor& x);
 
+// Throws InputError for a bad index (token id, KV slot) that a kernel of ctx's device met since
+// the last call. On the CPU ops throw at once; a GPU's kernels record it and run on (the op
+// returns before they do), so the engine calls this once per step, after the logits are back.
+void check_errors(Context& ctx);
+
 }  // namespace hearth::ops

@@ -66,6 +66,7 @@ Tensor Engine::step(const std::vector<Work>& work) {
   // Built on the host, run on the context's device; logits come back to the host (sampling).
   const Batch batch = Batch::build(steps, options_.block_size).to_device(ctx_.device);
   Tensor logits = model_.forward(ctx_, batch, kv_).to_device(kCpu);
+  ops::check_errors(ctx_);
   for (const Work& w : work) w.seq->n_cached += w.n_tokens;
   return logits;
 }

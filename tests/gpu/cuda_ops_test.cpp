@@ -163,12 +163,16 @@ TEST(CudaOps, EmbeddingWidensRowsExactly) {
     EXPECT_EQ(to_host<float>(out), want) << dtype_name(type);
   }
   Tensor out = Tensor::empty({2, D}, DType::kF32, kGpu);
+  // The kernel reports a bad id; the error surfaces at the next check, once, and names it.
+  ops::embedding(ctx, on_gpu({V, D}, table), on_gpu_i32({2}, {3, 1000}), out);
   try {
-    ops::embedding(ctx, on_gpu({V, D}, table), on_gpu_i32({2}, {3, 1000}), out);
+    ops::check_errors(ctx);
     ADD_FAILURE() << "an id past the vocabulary was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("outside vocabulary of 1000: 1000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("embedding: token id 1000 outside vocabulary of 1000"), std::string::npos)
+        << e.what();
   }
+  EXPECT_NO_THROW(ops::check_errors(ctx));
 }
 
 TEST(CudaOps, SoftmaxAndArgmaxMatchTheScalarReference) {
@@ -214,13 +218,18 @@ TEST(CudaOps, KvWriteRoundsLikeTheCpu) {
       const Tensor back = got->to_device(kCpu);
       EXPECT_EQ(std::memcmp(back.raw(), want->raw(), want->nbytes()), 0) << dtype_name(type);
     }
+    ops::kv_write(ctx, on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))),
+                  on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))), on_gpu_i32({1}, {20}), gpu);
     try {
-      ops::kv_write(ctx, on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))),
-                    on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))), on_gpu_i32({1}, {20}), gpu);
+      ops::check_errors(ctx);
       ADD_FAILURE() << "a slot past the pool was accepted";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("slot outside the pool of 20: 20"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("kv_write: slot 20 outside the pool of 20 slots"), std::string::npos)
+          << e.what();
     }
+    // Nothing was written: the cache still holds what the CPU wrote.
+    const Tensor after = gpu.k.to_device(kCpu);
+    EXPECT_EQ(std::memcmp(after.raw(), host.k.raw(), host.k.nbytes()), 0);
   }
 }
 

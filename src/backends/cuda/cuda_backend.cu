@@ -4,6 +4,8 @@
 //
 // Ops without a kernel yet (quantized matmul and embedding) throw Unsupported naming the op;
 // quantized matrices are still moved to the device at load (prepare).
+#include <array>
+#include <mutex>
 #include <string>
 
 #include "backends/cuda/cuda_common.h"
@@ -18,30 +20,26 @@ namespace {
   throw Unsupported(std::string(op) + " has no CUDA implementation in this build");
 }
 
-// A device pair [flag, value] for kernels to report a bad index in; read back after them.
-class BadIndex {
- public:
-  explicit BadIndex(Device device) : t_(Tensor::zeros({2}, DType::kI32, device)) {}
-  int32_t* data() { return t_.data<int32_t>(); }
-  // Waits for the kernels before it; throws InputError(what + value) when one reported.
-  void check(const std::string& what) const {
-    const Tensor host = t_.to_device(kCpu);
-    if (host.data<int32_t>()[0] != 0) throw InputError(what + std::to_string(host.data<int32_t>()[1]));
-  }
-
- private:
-  Tensor t_;
-};
-
 class CudaBackend final : public Backend {
  public:
   std::string name() const override { return "cuda"; }
 
+  // Waits for the device's queued work; throws InputError for the first bad index a kernel
+  // reported since the last check (and clears it).
+  void check_errors(Context& ctx) override {
+    Tensor& word = error_word(ctx.device);
+    const Tensor host = word.to_device(kCpu);
+    const int32_t* e = host.data<int32_t>();
+    if (e[0] == kNoError) return;
+    word = Tensor::zeros({3}, DType::kI32, ctx.device);
+    const std::string value = std::to_string(e[1]), limit = std::to_string(e[2]);
+    if (e[0] == kBadTokenId) throw InputError("embedding: token id " + value + " outside vocabulary of " + limit);
+    throw InputError("kv_write: slot " + value + " outside the pool of " + limit + " slots");
+  }
+
   void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) override {
-    BadIndex bad(ctx.device);
     cuda::embedding(use_device(ctx.device), table.raw(), table.dtype(), table.dim(0), table.dim(1), ids.data<int32_t>(),
-                    ids.dim(0), out.data<float>(), bad.data());
-    bad.check("embedding: token id outside vocabulary of " + std::to_string(table.dim(0)) + ": ");
+                    ids.dim(0), out.data<float>(), errors(ctx.device));
   }
 
   void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) override {
@@ -80,11 +78,9 @@ class CudaBackend final : public Backend {
   }
 
   void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) override {
-    BadIndex bad(ctx.device);
     const int64_t n_slots = cache.k.dim(0) * cache.k.dim(1);
     cuda::kv_write(use_device(ctx.device), k.data<float>(), v.data<float>(), k.dim(0), k.dim(1) * k.dim(2),
-                   slots.data<int32_t>(), n_slots, cache.k.raw(), cache.v.raw(), cache.k.dtype(), bad.data());
-    bad.check("kv_write: slot outside the pool of " + std::to_string(n_slots) + ": ");
+                   slots.data<int32_t>(), n_slots, cache.k.raw(), cache.v.raw(), cache.k.dtype(), errors(ctx.device));
   }
 
   void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
@@ -126,6 +122,19 @@ class CudaBackend final : public Backend {
   void softmax(Context& ctx, Tensor& x) override {
     cuda::softmax(use_device(ctx.device), x.data<float>(), x.dim(0), x.dim(1));
   }
+
+ private:
+  // The device's error word (kernels.h), zeroed when first used.
+  Tensor& error_word(Device device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Tensor& t = errors_.at(static_cast<size_t>(device.index));
+    if (!t.defined()) t = Tensor::zeros({3}, DType::kI32, device);
+    return t;
+  }
+  int32_t* errors(Device device) { return error_word(device).data<int32_t>(); }
+
+  std::mutex mutex_;
+  std::array<Tensor, 16> errors_;
 };
 
 const bool registered = [] {

@@ -21,17 +21,14 @@ __device__ inline float widen(T v) {
 
 template <typename T>
 __global__ void embedding_kernel(const T* table, int64_t V, int64_t D, const int32_t* ids, int64_t T_rows, float* out,
-                                 int32_t* bad_id) {
+                                 int32_t* errors) {
   const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (at >= T_rows * D) return;
   const int64_t t = at / D, d = at % D;
   const int32_t id = ids[t];
   if (id < 0 || id >= V) {
     out[at] = 0.0f;
-    if (d == 0) {
-      bad_id[1] = id;
-      bad_id[0] = 1;
-    }
+    if (d == 0) report_error(errors, kBadTokenId, id, static_cast<int32_t>(V));
     return;
   }
   out[at] = widen(table[static_cast<int64_t>(id) * D + d]);
@@ -40,19 +37,19 @@ __global__ void embedding_kernel(const T* table, int64_t V, int64_t D, const int
 }  // namespace
 
 void embedding(cudaStream_t s, const void* table, DType type, int64_t V, int64_t D, const int32_t* ids, int64_t T,
-               float* out, int32_t* bad_id) {
+               float* out, int32_t* errors) {
   const int64_t n = T * D;
   if (n == 0) return;
   const unsigned blocks = blocks_for(n, kThreads);
   switch (type) {
     case DType::kBF16:
-      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(table), V, D, ids, T, out, bad_id);
+      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(table), V, D, ids, T, out, errors);
       break;
     case DType::kF16:
-      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const __half*>(table), V, D, ids, T, out, bad_id);
+      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const __half*>(table), V, D, ids, T, out, errors);
       break;
     default:
-      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const float*>(table), V, D, ids, T, out, bad_id);
+      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const float*>(table), V, D, ids, T, out, errors);
       break;
   }
   HEARTH_CUDA_LAUNCHED("embedding");

@@ -21,20 +21,30 @@ void rope(cudaStream_t s, float* x, int64_t T, int64_t H, int64_t Dh, const int3
 void silu_mul(cudaStream_t s, const float* g, const float* u, int64_t n, float* out);
 void add(cudaStream_t s, float* a, const float* b, int64_t n);
 
+// The device's error word [code, value, limit]: the first bad index a kernel met (the kernel
+// skips it and goes on), kept until the backend's check_errors reads and clears it.
+enum DeviceError : int32_t { kNoError = 0, kBadTokenId = 1, kBadSlot = 2 };
+__device__ inline void report_error(int32_t* errors, DeviceError code, int32_t value, int32_t limit) {
+  if (atomicCAS(errors, 0, static_cast<int32_t>(code)) == 0) {
+    errors[1] = value;
+    errors[2] = limit;
+  }
+}
+
 // Rows ids[t] of table [V, D] (f32, bf16 or f16) as f32 into out: [T, D]. An id outside
-// [0, V) writes a zero row and its value to bad_id[1] (bad_id[0] set to 1).
+// [0, V) writes a zero row and is reported in `errors`.
 void embedding(cudaStream_t s, const void* table, DType type, int64_t V, int64_t D, const int32_t* ids, int64_t T,
-               float* out, int32_t* bad_id);
+               float* out, int32_t* errors);
 
 // x: [R, V]: softmax of each row in place; ids[r] = the first index of row r's maximum.
 void softmax(cudaStream_t s, float* x, int64_t R, int64_t V);
 void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids);
 
 // k, v: [T, row] f32 into cache slots (slots [T]) of caches [n_slots, row] of `type` (f32, f16
-// or bf16, rounded to nearest even). A slot outside [0, n_slots) is skipped and reported as
-// embedding's bad ids are.
+// or bf16, rounded to nearest even). A slot outside [0, n_slots) is skipped and reported in
+// `errors`.
 void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t row, const int32_t* slots,
-              int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* bad_slot);
+              int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* errors);
 
 // y: [T, N] f32 = x: [T, K] f32 . w: [N, K] (f32, bf16 or f16)^T + bias ([N] or null). scratch:
 // T * K 16-bit values (used for 16-bit weights when T > 8; may be null otherwise).

@@ -25,16 +25,13 @@ __device__ inline T narrow(float v) {
 
 template <typename T>
 __global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
-                                int64_t n_slots, T* k_cache, T* v_cache, int32_t* bad_slot) {
+                                int64_t n_slots, T* k_cache, T* v_cache, int32_t* errors) {
   const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (at >= T_rows * row) return;
   const int64_t t = at / row, e = at % row;
   const int32_t slot = slots[t];
   if (slot < 0 || slot >= n_slots) {
-    if (e == 0) {
-      bad_slot[1] = slot;
-      bad_slot[0] = 1;
-    }
+    if (e == 0) report_error(errors, kBadSlot, slot, static_cast<int32_t>(n_slots));
     return;
   }
   const int64_t dst = static_cast<int64_t>(slot) * row + e;
@@ -44,20 +41,20 @@ __global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, 
 
 template <typename T>
 void launch(cudaStream_t s, const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
-            int64_t n_slots, void* k_cache, void* v_cache, int32_t* bad_slot) {
+            int64_t n_slots, void* k_cache, void* v_cache, int32_t* errors) {
   kv_write_kernel<<<blocks_for(T_rows * row, kThreads), kThreads, 0, s>>>(
-      k, v, T_rows, row, slots, n_slots, static_cast<T*>(k_cache), static_cast<T*>(v_cache), bad_slot);
+      k, v, T_rows, row, slots, n_slots, static_cast<T*>(k_cache), static_cast<T*>(v_cache), errors);
 }
 
 }  // namespace
 
 void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t row, const int32_t* slots,
-              int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* bad_slot) {
+              int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* errors) {
   if (T * row == 0) return;
   switch (type) {
-    case DType::kF16: launch<__half>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, bad_slot); break;
-    case DType::kBF16: launch<__nv_bfloat16>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, bad_slot); break;
-    default: launch<float>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, bad_slot); break;
+    case DType::kF16: launch<__half>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, errors); break;
+    case DType::kBF16: launch<__nv_bfloat16>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, errors); break;
+    default: launch<float>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, errors); break;
   }
   HEARTH_CUDA_LAUNCHED("kv_write");
 }

@@ -52,9 +52,58 @@ __global__ void matvec_kernel(const float* x, const W* w, const float* bias, int
   }
 }
 
+// The same with 16-byte loads: lane i reads 16 bytes of the row at a time (8 bf16/f16 or 4 f32),
+// four loads in flight, so a warp moves 2 KiB per round trip to memory. Needs K * sizeof(W)
+// and the rows' start a multiple of 16 bytes, and x 16-byte aligned.
+template <typename W, int kT>
+__global__ void matvec16_kernel(const float* x, const W* w, const float* bias, int64_t K, int64_t N, float* y) {
+  constexpr int kPer = 16 / sizeof(W);  // elements per 16-byte load
+  constexpr int kUnroll = 4;
+  const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= N) return;
+  const uint4* row = reinterpret_cast<const uint4*>(w + n * K);
+  const int64_t vecs = K / kPer;
+  float acc[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+  for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + 32 * u;
+      raw[u] = v < vecs ? __ldg(row + v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + 32 * u;
+      if (v >= vecs) break;
+      const W* e = reinterpret_cast<const W*>(&raw[u]);
+      for (int t = 0; t < kT; ++t) {
+        const float4* xv = reinterpret_cast<const float4*>(x + t * K + v * kPer);
+#pragma unroll
+        for (int j = 0; j < kPer / 4; ++j) {
+          const float4 xj = xv[j];
+          acc[t] += xj.x * widen(e[4 * j]) + xj.y * widen(e[4 * j + 1]) + xj.z * widen(e[4 * j + 2]) +
+                    xj.w * widen(e[4 * j + 3]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    const float sum = warp_sum(acc[t]);
+    if (lane == 0) y[t * N + n] = sum + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
 template <typename W, int kT>
 void matvec(cudaStream_t s, const float* x, const W* w, const float* bias, int64_t K, int64_t N, float* y) {
-  matvec_kernel<W, kT><<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(x, w, bias, K, N, y);
+  const bool aligned =
+      (K * sizeof(W)) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (aligned) {
+    matvec16_kernel<W, kT><<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(x, w, bias, K, N, y);
+  } else {
+    matvec_kernel<W, kT><<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(x, w, bias, K, N, y);
+  }
 }
 
 template <typename W>
