@@ -51,6 +51,8 @@ case "${1:-}" in
       $pip_cublas; do
       if [ -d "$d" ]; then libs="$libs:$d"; fi
     done
+    # Tests run the CLI as the build tree's build/hearth (HEARTH_BINARY).
+    if [ ! -e build/hearth ]; then mkdir -p build && ln -s "$PWD/$pack/hearth" build/hearth; fi
     dir=$(mktemp -d)
     for b in "$pack"/bin/gpu_*; do
       name=$(basename "$b")

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,8 +15,10 @@
 
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/quant_kernels.h"
 #include "base/error.h"
 #include "core/device_memory.h"
+#include "core/ggml_blocks.h"
 #include "core/ops.h"
 #include "core/quant.h"
 
@@ -327,6 +330,94 @@ TEST(CudaOps, AttentionMatchesTheScalarReference) {
   }
 }
 
+cpu::AffineMatrix cpu_view(const QuantizedMatrix& q) {
+  return {q.packed.data<uint32_t>(),
+          q.scales.raw(),
+          q.biases.defined() ? q.biases.raw() : nullptr,
+          q.scales.dtype(),
+          q.spec.bits,
+          q.spec.group_size,
+          q.rows,
+          q.cols};
+}
+
+QuantizedMatrix on_gpu(QuantizedMatrix q) {
+  for (Tensor* t : {&q.packed, &q.scales, &q.biases}) {
+    if (t->defined()) *t = t->to_device(kGpu);
+  }
+  return q;
+}
+
+// Every width (2-8 bits), group size and scale type, with and without biases (symmetric codes,
+// as GGUF Q4_0/Q8_0 load): decode sizes take the matvec kernels (2/4/8 bits by word, others per
+// element), T > 8 a bf16 dequantized GEMM with x in bf16:
+// |dy| <= (eps + 1e-6) sum_k |x_k w_k| + 1e-5 (1 + |y|), eps = 2 * 2^-8 there, else 0.
+TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(10);
+  Context ctx = gpu_ctx();
+  const int64_t K = 256;
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int gs : {32, 64, 128}) {
+      for (DType scale_type : {DType::kBF16, DType::kF16, DType::kF32}) {
+        for (bool symmetric : {false, true}) {
+          const int64_t N = std::array<int64_t, 3>{1, 17, 300}[size_t(bits % 3)];
+          const std::vector<float> wf = random_floats(rng, size_t(N * K));
+          QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), QuantSpec{bits, gs}, scale_type);
+          if (symmetric) q.biases = Tensor();
+          const Tensor dense = dequantize(q);
+          for (int64_t T : {1, 5, 9, 33}) {
+            const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
+            std::vector<float> want(size_t(T * N));
+            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_view(q), bias.data(), want.data());
+            Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
+            ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
+            const std::vector<float> got = to_host<float>(y);
+            const double eps = T <= 8 ? 0.0 : 2.0 / 256;
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t n = 0; n < N; ++n) {
+                double abs_dot = 0;
+                for (int64_t k = 0; k < K; ++k)
+                  abs_dot += std::abs(x[size_t(t * K + k)] * dense.data<float>()[n * K + k]);
+                const size_t i = size_t(t * N + n);
+                ASSERT_LE(std::abs(got[i] - want[i]), (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
+                    << bits << "-bit/" << gs << " " << dtype_name(scale_type) << (symmetric ? " symmetric" : "")
+                    << " T=" << T << " N=" << N << " at (" << t << ", " << n << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaOps, QuantizedEmbeddingDequantizesRowsExactly) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  Context ctx = gpu_ctx();
+  const int64_t V = 100, D = 128;
+  const std::vector<int32_t> ids = {0, 99, 7, 7, 42};
+  for (int bits : {3, 4, 8}) {
+    for (bool symmetric : {false, true}) {
+      const std::vector<float> wf = random_floats(rng, size_t(V * D));
+      QuantizedMatrix q = affine_quantize(Tensor::from_f32({V, D}, wf.data()), QuantSpec{bits, 64}, DType::kBF16);
+      if (symmetric) q.biases = Tensor();
+      std::vector<float> want(ids.size() * size_t(D));
+      cpu::affine_rows(cpu_view(q), ids.data(), int64_t(ids.size()), want.data());
+      Tensor out = Tensor::empty({int64_t(ids.size()), D}, DType::kF32, kGpu);
+      ops::quantized_embedding(ctx, on_gpu(q), on_gpu_i32({int64_t(ids.size())}, ids), out);
+      EXPECT_EQ(to_host<float>(out), want) << bits << "-bit" << (symmetric ? " symmetric" : "");
+    }
+  }
+  Tensor out = Tensor::empty({1, D}, DType::kF32, kGpu);
+  const std::vector<float> wf = random_floats(rng, size_t(V * D));
+  ops::quantized_embedding(ctx,
+                           on_gpu(affine_quantize(Tensor::from_f32({V, D}, wf.data()), QuantSpec{4, 64}, DType::kBF16)),
+                           on_gpu_i32({1}, {-3}), out);
+  EXPECT_THROW(ops::check_errors(ctx), InputError);
+}
+
 TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
   SKIP_WITHOUT_GPU();
   Context ctx = gpu_ctx();
@@ -342,14 +433,18 @@ TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
   Context cpu_ctx{nullptr, kCpu};
   EXPECT_THROW(ops::add(cpu_ctx, a, a), InputError);
   // Ops with no CUDA kernel yet say so by name.
-  QuantizedMatrix q = affine_quantize(Tensor::zeros({16, 64}, DType::kF32), QuantSpec{4, 64}, DType::kBF16);
-  for (Tensor* t : {&q.packed, &q.scales, &q.biases}) *t = t->to_device(kGpu);
-  Tensor y = Tensor::zeros({1, 16}, DType::kF32, kGpu);
+  const int64_t cols = 256;
+  QuantizedMatrix q = ggml_quantized(GgmlType::kQ4_K, 4, cols,
+                                     Tensor::zeros({4, int64_t(row_bytes(GgmlType::kQ4_K, cols))}, DType::kU8));
+  q.packed = q.packed.to_device(kGpu);
+  Tensor y = Tensor::zeros({1, 4}, DType::kF32, kGpu);
   try {
-    ops::quantized_matmul(ctx, Tensor::zeros({1, 64}, DType::kF32, kGpu), q, Tensor(), y);
+    ops::quantized_matmul(ctx, Tensor::zeros({1, cols}, DType::kF32, kGpu), q, Tensor(), y);
     ADD_FAILURE() << "quantized_matmul ran";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("quantized_matmul has no CUDA implementation"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("quantized_matmul of Q4_K blocks has no CUDA implementation"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(Tensor::zeros({4}, DType::kF32, Device{DeviceType::kCuda, 99}), Unsupported);
 }

@@ -2,8 +2,8 @@
 // itself for DeviceType::kCuda at static-initialization time (no CUDA call happens then, so a
 // build with this backend starts on machines with no GPU).
 //
-// Ops without a kernel yet (quantized matmul and embedding) throw Unsupported naming the op;
-// quantized matrices are still moved to the device at load (prepare).
+// Ops without a kernel yet (matrices in ggml's Q4_K / Q6_K blocks) throw Unsupported naming
+// the op.
 #include <array>
 #include <mutex>
 #include <string>
@@ -51,7 +51,7 @@ class CudaBackend final : public Backend {
                  scratch.defined() ? scratch.raw() : nullptr);
   }
 
-  // The matrix's tensors on the device (no other layout yet).
+  // The matrix's tensors on the device, in the layout they came in (MLX affine rows).
   QuantizedMatrix prepare(const QuantizedMatrix& w, Device device) override {
     QuantizedMatrix q = w;
     for (Tensor* t : {&q.packed, &q.scales, &q.biases}) {
@@ -59,11 +59,34 @@ class CudaBackend final : public Backend {
     }
     return q;
   }
-  void quantized_matmul(Context&, const Tensor&, const QuantizedMatrix&, const Tensor&, Tensor&) override {
-    no_kernel("quantized_matmul");
+  static QuantArgs affine(const QuantizedMatrix& w, const char* op) {
+    if (w.is_ggml())
+      no_kernel((std::string(op) + " of " + std::string(ggml_type_name(w.ggml_type)) + " blocks").c_str());
+    return {w.packed.data<uint32_t>(),
+            w.scales.raw(),
+            w.biases.defined() ? w.biases.raw() : nullptr,
+            w.scales.dtype(),
+            w.spec.bits,
+            w.spec.group_size,
+            w.rows,
+            w.cols};
   }
-  void quantized_embedding(Context&, const QuantizedMatrix&, const Tensor&, Tensor&) override {
-    no_kernel("quantized_embedding");
+
+  void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias,
+                        Tensor& y) override {
+    const QuantArgs a = affine(w, "quantized_matmul");
+    const int64_t T = x.dim(0);
+    Tensor scratch;
+    if (const int64_t bytes = quantized_scratch_bytes(T, a.N, a.K); bytes > 0)
+      scratch = Tensor::empty({bytes}, DType::kU8, ctx.device);
+    cuda::quantized_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, a,
+                           bias.defined() ? bias.data<float>() : nullptr, y.data<float>(),
+                           scratch.defined() ? scratch.raw() : nullptr);
+  }
+
+  void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) override {
+    cuda::quantized_rows(use_device(ctx.device), affine(table, "quantized_embedding"), ids.data<int32_t>(), ids.dim(0),
+                         out.data<float>(), errors(ctx.device));
   }
 
   void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y) override {

@@ -53,6 +53,23 @@ void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, co
 // True when matmul needs `scratch` for these sizes.
 inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > 8 && w_type != DType::kF32; }
 
+// An MLX affine quantized [N, K] matrix in rows layout (core/quant.h); biases null for
+// symmetric codes.
+struct QuantArgs {
+  const uint32_t* packed;  // [N, K * bits / 32]
+  const void* scales;      // [N, K / group_size] of scale_type
+  const void* biases;
+  DType scale_type;
+  int bits, group_size;
+  int64_t N, K;
+};
+// y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_scratch_bytes(T, N, K) bytes.
+void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
+                      float* y, void* scratch);
+inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) { return T <= 8 ? 0 : 2 * (N + T) * K; }
+// out: [T, K] f32 = the dequantized rows ids[t] of w; bad ids are reported in `errors`.
+void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
+
 struct AttentionArgs {
   const float* q;  // [T, Hq, Dh]
   float* out;      // [T, Hq, Dh]

@@ -46,7 +46,12 @@ cudaStream_t use_device(Device device) {
     throw Unsupported("no device " + device.str() + " (this machine has " + std::to_string(n) + " CUDA device" +
                       (n == 1 ? "" : "s") + ")");
   }
-  HEARTH_CUDA_CHECK(cudaSetDevice(device.index));
+  // The calling thread's current device, so that the common case costs no driver call.
+  thread_local int current = -1;
+  if (current != device.index) {
+    HEARTH_CUDA_CHECK(cudaSetDevice(device.index));
+    current = device.index;
+  }
   std::lock_guard<std::mutex> lock(m);
   cudaStream_t& s = streams[static_cast<size_t>(device.index)];
   if (s == nullptr) HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
