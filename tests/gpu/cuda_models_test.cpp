@@ -93,8 +93,9 @@ TEST_P(CudaParity, GreedyContinuationMatchesTransformers) {
 
 // The fixture converted to MLX affine 4 and 8 bits (`hearth convert -q`, groups of 32), on the
 // GPU against the same quantized model on the CPU's scalar kernels: decode steps (quantized
-// matvec, f32 sums) within 1e-4 of the logit range; one prefill (the matrices dequantized to
-// bf16, x rounded to bf16, tensor cores) within a mean KL of 1e-4 and 3e-2 of the range.
+// matvec: f32 sums of x * q per word, then scale and bias, where the reference dequantizes each
+// weight first) within 3e-4 of the logit range; one prefill (the matrices dequantized to bf16,
+// x rounded to bf16, tensor cores) within a mean KL of 1e-4 and 3e-2 of the range.
 TEST_P(CudaParity, QuantizedModelsMatchTheCpuReference) {
   const Fixture f = load_fixture(GetParam());
   for (int bits : {4, 8}) {
@@ -114,13 +115,15 @@ TEST_P(CudaParity, QuantizedModelsMatchTheCpuReference) {
     }
     const float range = testing::max_abs(on_cpu);
     const Tensor stepped = run_chunked(*gpu, Context{nullptr, kGpu}, f.tokens, 1, 16);
-    EXPECT_LE(testing::max_abs_diff(stepped, on_cpu), 1e-4f * range) << bits << "-bit, token by token";
+    const double stepped_rel = testing::max_abs_diff(stepped, on_cpu) / range;
+    EXPECT_LE(stepped_rel, 3e-4) << bits << "-bit, token by token";
     const Tensor whole = run_chunked(*gpu, Context{nullptr, kGpu}, f.tokens, 1 << 20, 16);
     const double kl = testing::mean_kl(on_cpu, whole), rel = testing::max_abs_diff(whole, on_cpu) / range;
     EXPECT_LE(kl, 1e-4) << bits << "-bit, one prefill";
     EXPECT_LE(rel, 3e-2) << bits << "-bit, one prefill";
-    std::printf("%s %d-bit on the GPU: one prefill mean KL %.3g, max rel logit diff %.3g\n", GetParam().c_str(), bits,
-                kl, rel);
+    std::printf(
+        "%s %d-bit on the GPU: token by token max rel logit diff %.3g; one prefill mean KL %.3g, max rel %.3g\n",
+        GetParam().c_str(), bits, stepped_rel, kl, rel);
   }
 }
 
