@@ -2,10 +2,12 @@
 // reference, backends/cpu/attention.cpp). q: [T, Hq, Dh] f32; K/V cache: [n_blocks,
 // block_size, Hkv, Dh] f32|f16|bf16; out: [T, Hq, Dh] f32.
 //
-// One block of kWarps warps per (query row, head). Warp w takes the positions lo + w,
-// lo + w + kWarps, ... and keeps an online softmax over them (running max m, sum l, and the
-// weighted V sum in registers, lane i holding dims i, i + 32, ...); the warps' states are
-// merged at the end. K and V rows are read whole by a warp, so each load is coalesced.
+// One block of kWarps warps per (query row, head). Warp w takes the positions lo + 2w,
+// lo + 2w + 1, lo + 2w + 2 kWarps, ... two at a time (both rows' loads in flight before either
+// score is reduced: a decode row is latency-bound, not bandwidth-bound) and keeps an online
+// softmax over them (running max m, sum l, and the weighted V sum in registers, lane i holding
+// dims i, i + 32, ...); the warps' states are merged at the end. K and V rows are read whole by
+// a warp, so each load is coalesced.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,7 +19,7 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 16;
 constexpr int kMaxDimsPerLane = 8;  // Dh <= 256
 
 template <typename T>
@@ -58,18 +60,34 @@ __global__ void attention_kernel(AttentionArgs a) {
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j = lo + warp; j <= c; j += kWarps) {
-    const int64_t slot =
-        static_cast<int64_t>(a.block_tables[seq * a.max_blocks + j / a.block_size]) * a.block_size + j % a.block_size;
-    const T* k = k_cache + (slot * a.Hkv + kv_head) * a.Dh;
-    const T* v = v_cache + (slot * a.Hkv + kv_head) * a.Dh;
-    float s = 0.0f;
-    for (int i = 0; i < dims; ++i) s += qr[i] * widen(k[lane + 32 * i]);
-    s = warp_sum(s);
-    const float m_new = fmaxf(m, s);
-    const float keep = expf(m - m_new), p = expf(s - m_new);
-    l = l * keep + p;
-    for (int i = 0; i < dims; ++i) acc[i] = acc[i] * keep + p * widen(v[lane + 32 * i]);
+  auto row_of = [&](int64_t j) {
+    const int64_t b = a.block_tables[seq * a.max_blocks + j / a.block_size];
+    return (b * a.block_size + j % a.block_size) * a.Hkv + kv_head;
+  };
+  for (int64_t j = lo + 2 * warp; j <= c; j += 2 * kWarps) {
+    const bool two = j + 1 <= c;
+    const T* k0 = k_cache + row_of(j) * a.Dh;
+    const T* k1 = two ? k_cache + row_of(j + 1) * a.Dh : k0;
+    float kr0[kMaxDimsPerLane], kr1[kMaxDimsPerLane];
+    for (int i = 0; i < dims; ++i) {
+      kr0[i] = widen(k0[lane + 32 * i]);
+      kr1[i] = widen(k1[lane + 32 * i]);
+    }
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int i = 0; i < dims; ++i) {
+      s0 += qr[i] * kr0[i];
+      s1 += qr[i] * kr1[i];
+    }
+    s0 = warp_sum(s0);
+    s1 = two ? warp_sum(s1) : -INFINITY;
+    const T* v0 = v_cache + (k0 - k_cache);
+    const T* v1 = v_cache + (k1 - k_cache);
+    const float m_new = fmaxf(m, fmaxf(s0, s1));
+    const float keep = expf(m - m_new), p0 = expf(s0 - m_new), p1 = two ? expf(s1 - m_new) : 0.0f;
+    l = l * keep + p0 + p1;
+    for (int i = 0; i < dims; ++i) {
+      acc[i] = acc[i] * keep + p0 * widen(v0[lane + 32 * i]) + p1 * widen(v1[lane + 32 * i]);
+    }
     m = m_new;
   }
   // Merge the warps: out = sum_w acc_w e^(m_w - M) / sum_w l_w e^(m_w - M).
