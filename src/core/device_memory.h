@@ -9,6 +9,13 @@
 
 namespace hearth {
 
+// A device's memory now: the driver's view and the allocator's.
+struct DeviceMemoryInfo {
+  size_t total_bytes = 0, free_bytes = 0;  // the whole device (free: to any process)
+  size_t held_bytes = 0;                   // taken from the driver by Hearth's allocator
+  size_t in_use_bytes = 0;                 // of which held by live tensors (the rest is cached)
+};
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -22,6 +29,7 @@ class DeviceMemory {
   virtual void to_device(Device device, void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(Device device, void* dst, const void* src, size_t bytes) = 0;
   virtual void on_device(Device device, void* dst, const void* src, size_t bytes) = 0;
+  virtual DeviceMemoryInfo info(Device device) = 0;
 };
 
 void register_device_memory(DeviceType type, DeviceMemory* memory);

@@ -55,6 +55,7 @@ class Engine {
 
   const Model& model() const { return model_; }
   Context& context() { return ctx_; }
+  const Context& context() const { return ctx_; }
   const KvCache& kv() const { return kv_; }
   const BlockPool& pool() const { return pool_; }
   const PrefixCache& prefix_cache() const { return prefix_cache_; }

@@ -67,6 +67,8 @@ class EngineWorker {
     int64_t prompt_cache_entries = 0, prompt_cache_bytes = 0, prompt_cache_max_bytes = 0;
   };
   EngineState state() const;
+  // The device the engine runs on (fixed at construction).
+  Device device() const { return engine_.context().device; }
   // Refuses new requests, answers queued ones with an error and stops the running one at its
   // next token (it ends with FinishReason::kNone). Does not wait.
   void shutdown();

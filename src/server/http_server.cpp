@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/timer.h"
+#include "core/device_memory.h"
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
 #include "server/engine_worker.h"
@@ -153,6 +154,14 @@ Gauges HttpServer::Impl::gauges() const {
   g.prompt_cache_bytes = st.prompt_cache_bytes;
   g.prompt_cache_entries = st.prompt_cache_entries;
   g.resident_memory_bytes = static_cast<int64_t>(current_rss_bytes());
+  if (const Device d = worker.device(); d.type != DeviceType::kCpu) {
+    const DeviceMemoryInfo m = device_memory(d.type).info(d);
+    g.device = d.str();
+    g.device_memory_total_bytes = static_cast<int64_t>(m.total_bytes);
+    g.device_memory_free_bytes = static_cast<int64_t>(m.free_bytes);
+    g.device_memory_held_bytes = static_cast<int64_t>(m.held_bytes);
+    g.device_memory_in_use_bytes = static_cast<int64_t>(m.in_use_bytes);
+  }
   return g;
 }
 

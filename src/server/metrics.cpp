@@ -216,6 +216,17 @@ std::string Metrics::prometheus(const Gauges& g) const {
         static_cast<double>(g.prompt_cache_entries));
   gauge(out, "hearth_process_resident_memory_bytes", "Resident memory of the server process.",
         static_cast<double>(g.resident_memory_bytes));
+  if (g.device != "cpu") {
+    family(out, "hearth_device_memory_bytes", "gauge",
+           "Memory of the device the model runs on: total, free (to any process), held (by Hearth's allocator), "
+           "in_use (by live tensors).");
+    for (const auto& [kind, v] :
+         {std::pair{"total", g.device_memory_total_bytes}, std::pair{"free", g.device_memory_free_bytes},
+          std::pair{"held", g.device_memory_held_bytes}, std::pair{"in_use", g.device_memory_in_use_bytes}}) {
+      sample(out, "hearth_device_memory_bytes", "device=\"" + escape(g.device, true) + "\",kind=\"" + kind + "\"",
+             std::to_string(v));
+    }
+  }
   gauge(out, "hearth_uptime_seconds", "Seconds since the server started.", uptime_seconds());
   return out;
 }
@@ -229,6 +240,14 @@ nlohmann::ordered_json Metrics::stats(const Gauges& g) const {
     if (key.second >= 400 && key.second < 500) errors_4xx += n;
     if (key.second >= 500 && key.second < 600) errors_5xx += n;
     by_endpoint[key.first] = by_endpoint.value(key.first, uint64_t{0}) + n;
+  }
+  nlohmann::ordered_json memory = {{"rss_bytes", g.resident_memory_bytes}};
+  if (g.device != "cpu") {
+    memory["device"] = {{"name", g.device},
+                        {"total_bytes", g.device_memory_total_bytes},
+                        {"free_bytes", g.device_memory_free_bytes},
+                        {"held_bytes", g.device_memory_held_bytes},
+                        {"in_use_bytes", g.device_memory_in_use_bytes}};
   }
   return {
       {"uptime_seconds", uptime_seconds()},
@@ -249,7 +268,7 @@ nlohmann::ordered_json Metrics::stats(const Gauges& g) const {
         {"entries", g.prompt_cache_entries}}},
       {"kv_cache", {{"blocks_used", g.kv_blocks_used}, {"blocks_total", g.kv_blocks_total}}},
       {"queue", {{"depth", g.queue_depth}, {"running", g.requests_running}}},
-      {"memory", {{"rss_bytes", g.resident_memory_bytes}}},
+      {"memory", memory},
   };
 }
 

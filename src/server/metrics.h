@@ -26,6 +26,13 @@ struct Gauges {
   int64_t prompt_cache_bytes = 0;
   int64_t prompt_cache_entries = 0;
   int64_t resident_memory_bytes = 0;  // base/timer.h current_rss_bytes()
+  // Where the model runs, and that device's memory when it is not the CPU
+  // (core/device_memory.h DeviceMemoryInfo).
+  std::string device = "cpu";
+  int64_t device_memory_total_bytes = 0;
+  int64_t device_memory_free_bytes = 0;
+  int64_t device_memory_held_bytes = 0;
+  int64_t device_memory_in_use_bytes = 0;
 };
 
 // A fixed-bucket histogram with Prometheus semantics: bucket i counts observations v <= bounds[i];

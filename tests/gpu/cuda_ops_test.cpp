@@ -79,6 +79,19 @@ TEST(CudaMemory, RoundTripsZeroesAndReusesBlocks) {
     EXPECT_EQ(to_host<float>(g.to_device(kGpu)), v) << "the same device: the same tensor";
     EXPECT_EQ(to_host<float>(Tensor::zeros({n}, DType::kF32, kGpu)), std::vector<float>(size_t(n), 0.0f));
   }
+  // The allocator's accounting: a live 256 MiB tensor is in use; freed, it stays held (cached).
+  DeviceMemory& memory = device_memory(DeviceType::kCuda);
+  const DeviceMemoryInfo before = memory.info(kGpu);
+  {
+    const Tensor big = Tensor::empty({256 << 20}, DType::kU8, kGpu);
+    const DeviceMemoryInfo during = memory.info(kGpu);
+    EXPECT_GE(during.in_use_bytes, before.in_use_bytes + (size_t{256} << 20));
+    EXPECT_GE(during.held_bytes, during.in_use_bytes);
+    EXPECT_GT(during.total_bytes, during.free_bytes);
+  }
+  const DeviceMemoryInfo after = memory.info(kGpu);
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+  EXPECT_GE(after.held_bytes, before.held_bytes + (size_t{256} << 20));
   // Freed blocks come back for the next allocation of their size class, and keep no stale view.
   for (int i = 0; i < 100; ++i) {
     const std::vector<float> v(size_t(1000 + i), float(i));

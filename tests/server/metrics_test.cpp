@@ -324,6 +324,27 @@ TEST(server_metrics, StatsSummarizeKnownObservations) {
       {"queue", {{"depth", 4}, {"running", 1}}},
       {"memory", {{"rss_bytes", 4096}}}};
   for (const auto& [key, value] : want.items()) EXPECT_EQ(s.at(key), value) << key;
+  // On a GPU, its memory beside the process's.
+  const nlohmann::ordered_json gpu = m.stats({.resident_memory_bytes = 4096,
+                                              .device = "cuda:0",
+                                              .device_memory_total_bytes = 1000,
+                                              .device_memory_free_bytes = 600,
+                                              .device_memory_held_bytes = 300,
+                                              .device_memory_in_use_bytes = 200});
+  EXPECT_EQ(gpu["memory"], nlohmann::ordered_json({{"rss_bytes", 4096},
+                                                   {"device",
+                                                    {{"name", "cuda:0"},
+                                                     {"total_bytes", 1000},
+                                                     {"free_bytes", 600},
+                                                     {"held_bytes", 300},
+                                                     {"in_use_bytes", 200}}}}));
+  const Exposition e = parse(m.prometheus({.device = "cuda:0",
+                                           .device_memory_total_bytes = 1000,
+                                           .device_memory_free_bytes = 600,
+                                           .device_memory_held_bytes = 300,
+                                           .device_memory_in_use_bytes = 200}));
+  EXPECT_EQ(e.value("hearth_device_memory_bytes", {{"device", "cuda:0"}, {"kind", "free"}}), 600);
+  EXPECT_EQ(e.value("hearth_device_memory_bytes", {{"device", "cuda:0"}, {"kind", "in_use"}}), 200);
   const auto& itl = s["latency"]["itl_seconds"];
   EXPECT_EQ(itl["count"], 100);
   EXPECT_NEAR(itl["mean"].get<double>(), (50 * 0.02 + 40 * 0.06 + 10 * 0.3) / 100, 1e-12);

@@ -94,12 +94,25 @@ class CudaMemory final : public DeviceMemory {
     }
     check(e, "cudaMalloc");
     sizes_[p] = size;
+    held_[static_cast<size_t>(device.index)] += size;
     return p;
   }
 
   void deallocate(Device device, void* p, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
     free_[static_cast<size_t>(device.index)].emplace(sizes_.at(p), p);
+  }
+
+  DeviceMemoryInfo info(Device device) override {
+    use_device(device);
+    DeviceMemoryInfo r;
+    HEARTH_CUDA_CHECK(cudaMemGetInfo(&r.free_bytes, &r.total_bytes));
+    std::lock_guard<std::mutex> lock(mutex_);
+    r.held_bytes = held_[static_cast<size_t>(device.index)];
+    size_t cached = 0;
+    for (const auto& [size, p] : free_[static_cast<size_t>(device.index)]) cached += size;
+    r.in_use_bytes = r.held_bytes - cached;
+    return r;
   }
 
   void zero(Device device, void* p, size_t bytes) override {
@@ -130,6 +143,7 @@ class CudaMemory final : public DeviceMemory {
     for (auto& [size, p] : free) {
       HEARTH_CUDA_CHECK(cudaFree(p));
       sizes_.erase(p);
+      held_[static_cast<size_t>(device.index)] -= size;
     }
     free.clear();
   }
@@ -137,6 +151,7 @@ class CudaMemory final : public DeviceMemory {
   std::mutex mutex_;
   std::array<std::multimap<size_t, void*>, kMaxDevices> free_;
   std::unordered_map<void*, size_t> sizes_;  // every block from cudaMalloc -> its size
+  std::array<size_t, kMaxDevices> held_{};   // per device: the sum of its blocks' sizes
 };
 
 // The allocator lives as long as the process: tensors freed during static destruction still
