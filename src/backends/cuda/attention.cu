@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/reduce.cuh"
@@ -21,15 +22,6 @@ namespace {
 
 constexpr int kWarps = 16;
 constexpr int kMaxDimsPerLane = 8;  // Dh <= 256
-
-template <typename T>
-__device__ inline float widen(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return static_cast<float>(v);
-  }
-}
 
 template <typename T>
 __global__ void attention_kernel(AttentionArgs a) {

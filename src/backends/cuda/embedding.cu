@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 
@@ -9,15 +10,6 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ inline float widen(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return static_cast<float>(v);
-  }
-}
 
 template <typename T>
 __global__ void embedding_kernel(const T* table, int64_t V, int64_t D, const int32_t* ids, int64_t T_rows, float* out,

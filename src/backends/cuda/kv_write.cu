@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 
@@ -11,17 +12,6 @@ namespace hearth::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ inline T narrow(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else {
-    return __float2bfloat16_rn(v);
-  }
-}
 
 template <typename T>
 __global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,

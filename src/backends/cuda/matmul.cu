@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/reduce.cuh"
@@ -24,15 +25,6 @@ namespace {
 
 constexpr int kMatvecRows = 8;
 constexpr int kWarpsPerBlock = 8;
-
-template <typename T>
-__device__ inline float widen(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return static_cast<float>(v);
-  }
-}
 
 template <typename W, int kT>
 __global__ void matvec_kernel(const float* x, const W* w, const float* bias, int64_t K, int64_t N, float* y) {
@@ -124,13 +116,7 @@ void matvec_rows(cudaStream_t s, const float* x, int64_t T, const W* w, const fl
 template <typename W>
 __global__ void narrow_kernel(const float* x, int64_t n, W* out) {
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
-  if (i < n) {
-    if constexpr (std::is_same_v<W, __half>) {
-      out[i] = __float2half_rn(x[i]);
-    } else {
-      out[i] = __float2bfloat16_rn(x[i]);
-    }
-  }
+  if (i < n) out[i] = narrow<W>(x[i]);
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t T, int64_t N) {
