@@ -2,9 +2,9 @@
 // bits first; scales and biases [N, K / group_size] f32|bf16|f16; w = scale * q + bias, or
 // scale * (q - 2^(bits-1)) without biases (GGUF Q4_0/Q8_0 as loaded).
 //
-// Decode (T <= kMatvecRows): one warp per output row n. For 2, 4 and 8 bits a u32 word holds
-// whole codes of one group, so lane i takes 16 bytes (4 words) at a time and sums x * q and x
-// over each word before one scale-and-bias step per word. 3, 5 and 6 bits (codes across words)
+// Decode (T <= kMatvecRows): for 2, 4 and 8 bits a u32 word holds whole codes of one group; 8
+// lanes share a row (4 rows per warp), each taking 16 bytes (4 words) at a time and summing
+// x * q and x over each word before one scale-and-bias step per word. 3, 5 and 6 bits (codes across words)
 // take a per-element path: correct, not fast.
 // Prefill: the matrix is dequantized to bf16 in a scratch buffer, then the dense bf16 GEMM.
 // Embedding rows: dequantized per element exactly as the CPU reference (no fused multiply-add).
@@ -63,30 +63,37 @@ __device__ inline void add_word(const QuantArgs& w, const float* x, int64_t n, i
   }
 }
 
+// kLanes lanes per row, 32 / kLanes rows per warp: a 4-bit row of 2048 is only 64 16-byte loads,
+// too few for a whole warp to keep enough of them in flight.
+constexpr int kLanes = 8;
+
 template <int kBits, int kT>
 __global__ void matvec_words_kernel(QuantArgs w, const float* x, const float* bias, float* y) {
-  const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (n >= w.N) return;
+  constexpr int kRowsPerWarp = 32 / kLanes;
+  const int lane = threadIdx.x % 32, sub = lane % kLanes;
+  const int64_t n =
+      (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32) * kRowsPerWarp + lane / kLanes;
+  const bool valid = n < w.N;  // rows past N still take part in the shuffles below
   const int64_t words = w.K * kBits / 32;
-  const uint32_t* row = w.packed + n * words;
+  const uint32_t* row = w.packed + (valid ? n : 0) * words;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
-  if (words % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+  if (valid && words % 4 == 0 && reinterpret_cast<uintptr_t>(w.packed) % 16 == 0) {
     const uint4* vrow = reinterpret_cast<const uint4*>(row);
-    for (int64_t v = lane; v < words / 4; v += 32) {
+    for (int64_t v = sub; v < words / 4; v += kLanes) {
       const uint4 q = __ldg(vrow + v);
       add_word<kBits, kT>(w, x, n, 4 * v, q.x, acc);
       add_word<kBits, kT>(w, x, n, 4 * v + 1, q.y, acc);
       add_word<kBits, kT>(w, x, n, 4 * v + 2, q.z, acc);
       add_word<kBits, kT>(w, x, n, 4 * v + 3, q.w, acc);
     }
-  } else {
-    for (int64_t wi = lane; wi < words; wi += 32) add_word<kBits, kT>(w, x, n, wi, __ldg(row + wi), acc);
+  } else if (valid) {
+    for (int64_t wi = sub; wi < words; wi += kLanes) add_word<kBits, kT>(w, x, n, wi, __ldg(row + wi), acc);
   }
   for (int t = 0; t < kT; ++t) {
-    const float total = warp_sum(acc[t]);
-    if (lane == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+    float total = acc[t];
+    for (int o = kLanes / 2; o > 0; o /= 2) total += __shfl_xor_sync(0xffffffffu, total, o);
+    if (valid && sub == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
   }
 }
 
@@ -113,12 +120,13 @@ __global__ void matvec_elements_kernel(QuantArgs w, const float* x, const float*
 
 template <int kT>
 void matvec(cudaStream_t s, const QuantArgs& w, const float* x, const float* bias, float* y) {
-  const unsigned blocks = blocks_for(w.N, kWarpsPerBlock), threads = kWarpsPerBlock * 32;
+  const unsigned threads = kWarpsPerBlock * 32;
+  const unsigned word_blocks = blocks_for(w.N, kWarpsPerBlock * (32 / kLanes));
   switch (w.bits) {
-    case 2: matvec_words_kernel<2, kT><<<blocks, threads, 0, s>>>(w, x, bias, y); break;
-    case 4: matvec_words_kernel<4, kT><<<blocks, threads, 0, s>>>(w, x, bias, y); break;
-    case 8: matvec_words_kernel<8, kT><<<blocks, threads, 0, s>>>(w, x, bias, y); break;
-    default: matvec_elements_kernel<kT><<<blocks, threads, 0, s>>>(w, x, bias, y); break;
+    case 2: matvec_words_kernel<2, kT><<<word_blocks, threads, 0, s>>>(w, x, bias, y); break;
+    case 4: matvec_words_kernel<4, kT><<<word_blocks, threads, 0, s>>>(w, x, bias, y); break;
+    case 8: matvec_words_kernel<8, kT><<<word_blocks, threads, 0, s>>>(w, x, bias, y); break;
+    default: matvec_elements_kernel<kT><<<blocks_for(w.N, kWarpsPerBlock), threads, 0, s>>>(w, x, bias, y); break;
   }
 }
 
