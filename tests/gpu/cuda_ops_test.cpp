@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
@@ -431,6 +432,67 @@ TEST(CudaOps, QuantizedEmbeddingDequantizesRowsExactly) {
   EXPECT_THROW(ops::check_errors(ctx), InputError);
 }
 
+// Random Q4_K / Q6_K blocks (every byte random, the f16 block scales finite and small).
+QuantizedMatrix random_k_quants(std::mt19937& rng, GgmlType type, int64_t N, int64_t K) {
+  const auto bytes = int64_t(row_bytes(type, K));
+  Tensor blocks = Tensor::empty({N, bytes}, DType::kU8);
+  for (int64_t i = 0; i < blocks.numel(); ++i) blocks.data<uint8_t>()[i] = uint8_t(rng());
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  const int64_t block_bytes = type == GgmlType::kQ4_K ? 144 : 210;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < K / 256; ++b) {
+      uint8_t* block = blocks.data<uint8_t>() + n * bytes + b * block_bytes;
+      for (int64_t at : type == GgmlType::kQ4_K ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{208}) {
+        const uint16_t h = f32_to_f16(scale(rng));
+        std::memcpy(block + at, &h, 2);
+      }
+    }
+  }
+  return ggml_quantized(type, N, K, blocks);
+}
+
+cpu::GgmlMatrix cpu_blocks(const QuantizedMatrix& q) {
+  return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1))};
+}
+
+// GGUF k-quants: decode sizes per element in f32 (as the f32 matmul), prefill through a bf16
+// dequantized matrix (as the affine prefill); embedding rows bit-identical.
+TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  Context ctx = gpu_ctx();
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 1024}}) {
+      const QuantizedMatrix q = random_k_quants(rng, type, N, K);
+      const Tensor dense = dequantize(q);
+      for (int64_t T : {1, 3, 9, 33}) {
+        const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
+        std::vector<float> want(size_t(T * N));
+        cpu::ggml_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_blocks(q), bias.data(), want.data());
+        Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
+        ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
+        const std::vector<float> got = to_host<float>(y);
+        const double eps = T <= 8 ? 0.0 : 2.0 / 256;
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < N; ++n) {
+            double abs_dot = 0;
+            for (int64_t k = 0; k < K; ++k) abs_dot += std::abs(x[size_t(t * K + k)] * dense.data<float>()[n * K + k]);
+            const size_t i = size_t(t * N + n);
+            ASSERT_LE(std::abs(got[i] - want[i]), (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
+                << ggml_type_name(type) << " T=" << T << " N=" << N << " K=" << K << " at (" << t << ", " << n << ")";
+          }
+        }
+      }
+      std::vector<int32_t> ids = {0, int32_t(N - 1), int32_t(N / 2)};
+      std::vector<float> want(ids.size() * size_t(K));
+      cpu::ggml_rows(cpu_blocks(q), ids.data(), int64_t(ids.size()), want.data());
+      Tensor out = Tensor::empty({int64_t(ids.size()), K}, DType::kF32, kGpu);
+      ops::quantized_embedding(ctx, on_gpu(q), on_gpu_i32({int64_t(ids.size())}, ids), out);
+      EXPECT_EQ(to_host<float>(out), want) << ggml_type_name(type) << " rows";
+    }
+  }
+}
+
 TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
   SKIP_WITHOUT_GPU();
   Context ctx = gpu_ctx();
@@ -447,15 +509,15 @@ TEST(CudaOps, RefuseTensorsOfAnotherDevice) {
   EXPECT_THROW(ops::add(cpu_ctx, a, a), InputError);
   // Ops with no CUDA kernel yet say so by name.
   const int64_t cols = 256;
-  QuantizedMatrix q = ggml_quantized(GgmlType::kQ4_K, 4, cols,
-                                     Tensor::zeros({4, int64_t(row_bytes(GgmlType::kQ4_K, cols))}, DType::kU8));
+  QuantizedMatrix q = ggml_quantized(GgmlType::kQ8_0, 4, cols,
+                                     Tensor::zeros({4, int64_t(row_bytes(GgmlType::kQ8_0, cols))}, DType::kU8));
   q.packed = q.packed.to_device(kGpu);
   Tensor y = Tensor::zeros({1, 4}, DType::kF32, kGpu);
   try {
     ops::quantized_matmul(ctx, Tensor::zeros({1, cols}, DType::kF32, kGpu), q, Tensor(), y);
     ADD_FAILURE() << "quantized_matmul ran";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("quantized_matmul of Q4_K blocks has no CUDA implementation"),
+    EXPECT_NE(std::string(e.what()).find("quantized_matmul of Q8_0 blocks has no CUDA implementation"),
               std::string::npos)
         << e.what();
   }

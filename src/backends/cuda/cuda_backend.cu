@@ -2,8 +2,8 @@
 // itself for DeviceType::kCuda at static-initialization time (no CUDA call happens then, so a
 // build with this backend starts on machines with no GPU).
 //
-// Ops without a kernel yet (matrices in ggml's Q4_K / Q6_K blocks) throw Unsupported naming
-// the op.
+// Ops without a kernel (ggml block types other than Q4_K and Q6_K, which the loader does not
+// turn into affine codes) throw Unsupported naming the op.
 #include <array>
 #include <mutex>
 #include <string>
@@ -51,17 +51,7 @@ class CudaBackend final : public Backend {
                  scratch.defined() ? scratch.raw() : nullptr);
   }
 
-  // The matrix's tensors on the device, in the layout they came in (MLX affine rows).
-  QuantizedMatrix prepare(const QuantizedMatrix& w, Device device) override {
-    QuantizedMatrix q = w;
-    for (Tensor* t : {&q.packed, &q.scales, &q.biases}) {
-      if (t->defined()) *t = t->to_device(device);
-    }
-    return q;
-  }
-  static QuantArgs affine(const QuantizedMatrix& w, const char* op) {
-    if (w.is_ggml())
-      no_kernel((std::string(op) + " of " + std::string(ggml_type_name(w.ggml_type)) + " blocks").c_str());
+  static QuantArgs affine(const QuantizedMatrix& w) {
     return {w.packed.data<uint32_t>(),
             w.scales.raw(),
             w.biases.defined() ? w.biases.raw() : nullptr,
@@ -72,21 +62,46 @@ class CudaBackend final : public Backend {
             w.cols};
   }
 
+  static GgmlArgs ggml(const QuantizedMatrix& w, const char* op) {
+    if (!ggml_has_kernels(w.ggml_type))
+      no_kernel((std::string(op) + " of " + std::string(ggml_type_name(w.ggml_type)) + " blocks").c_str());
+    return {w.packed.data<uint8_t>(), w.ggml_type, w.rows, w.cols, w.packed.dim(1)};
+  }
+
   void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias,
                         Tensor& y) override {
-    const QuantArgs a = affine(w, "quantized_matmul");
     const int64_t T = x.dim(0);
     Tensor scratch;
-    if (const int64_t bytes = quantized_scratch_bytes(T, a.N, a.K); bytes > 0)
+    if (const int64_t bytes = quantized_scratch_bytes(T, w.rows, w.cols); bytes > 0)
       scratch = Tensor::empty({bytes}, DType::kU8, ctx.device);
-    cuda::quantized_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, a,
-                           bias.defined() ? bias.data<float>() : nullptr, y.data<float>(),
-                           scratch.defined() ? scratch.raw() : nullptr);
+    void* scratch_p = scratch.defined() ? scratch.raw() : nullptr;
+    const float* b = bias.defined() ? bias.data<float>() : nullptr;
+    if (w.is_ggml()) {
+      cuda::ggml_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, ggml(w, "quantized_matmul"), b,
+                        y.data<float>(), scratch_p);
+    } else {
+      cuda::quantized_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, affine(w), b,
+                             y.data<float>(), scratch_p);
+    }
   }
 
   void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) override {
-    cuda::quantized_rows(use_device(ctx.device), affine(table, "quantized_embedding"), ids.data<int32_t>(), ids.dim(0),
-                         out.data<float>(), errors(ctx.device));
+    if (table.is_ggml()) {
+      cuda::ggml_rows(use_device(ctx.device), ggml(table, "quantized_embedding"), ids.data<int32_t>(), ids.dim(0),
+                      out.data<float>(), errors(ctx.device));
+    } else {
+      cuda::quantized_rows(use_device(ctx.device), affine(table), ids.data<int32_t>(), ids.dim(0), out.data<float>(),
+                           errors(ctx.device));
+    }
+  }
+
+  // The matrix's tensors on the device, in the layout they came in (MLX affine rows, ggml blocks).
+  QuantizedMatrix prepare(const QuantizedMatrix& w, Device device) override {
+    QuantizedMatrix q = w;
+    for (Tensor* t : {&q.packed, &q.scales, &q.biases}) {
+      if (t->defined()) *t = t->to_device(device);
+    }
+    return q;
   }
 
   void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor& y) override {

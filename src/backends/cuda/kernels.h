@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/ggml_blocks.h"
 
 namespace hearth::cuda {
 
@@ -69,6 +70,18 @@ void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, con
 inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) { return T <= 8 ? 0 : 2 * (N + T) * K; }
 // out: [T, K] f32 = the dequantized rows ids[t] of w; bad ids are reported in `errors`.
 void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
+
+// A matrix in ggml k-quant blocks (Q4_K or Q6_K): blocks [N, row_bytes] u8.
+struct GgmlArgs {
+  const uint8_t* blocks;
+  GgmlType type;
+  int64_t N, K, row_bytes;
+};
+bool ggml_has_kernels(GgmlType type);
+// As quantized_matmul / quantized_rows, for GgmlArgs (scratch: quantized_scratch_bytes).
+void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const GgmlArgs& w, const float* bias, float* y,
+                 void* scratch);
+void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
 
 struct AttentionArgs {
   const float* q;  // [T, Hq, Dh]
