@@ -44,12 +44,16 @@ bool spin_until(Ready ready) {
   }
 }
 
-// Where chunk i of `count` starts in [0, n): chunk sizes shrink linearly (the first about
-// 2/count of n, the last about 1/count^2), so the threads that finish early share out the small
-// chunks at the end and wait for one another by a small fraction of the loop, not half a chunk.
+// Where chunk i of `count` starts in [0, n). With at least count^2 items, chunk sizes shrink
+// linearly (the first about 2/count of n, the last about 1/count^2, and none empty), so the
+// threads that finish early share out the small chunks at the end and wait for one another by a
+// small fraction of the loop, not half a chunk. With fewer, even chunks: a loop of one item per
+// thread (the bandwidth probe's slices) must give each chunk one item.
 int64_t chunk_begin(int64_t n, uint64_t i, uint64_t count) {
+  const auto c = static_cast<__int128>(count);
+  if (n < c * c) return static_cast<int64_t>(static_cast<__int128>(n) * i / c);
   const auto left = static_cast<__int128>(count - i);
-  return n - static_cast<int64_t>(static_cast<__int128>(n) * left * left / (static_cast<__int128>(count) * count));
+  return n - static_cast<int64_t>(static_cast<__int128>(n) * left * left / (c * c));
 }
 
 }  // namespace

@@ -258,7 +258,7 @@ TEST(CudaOps, MatmulMatchesTheScalarReference) {
   std::mt19937 rng(8);
   Context ctx = gpu_ctx();
   for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (int64_t T : {1, 3, 8, 9, 33}) {
+    for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 33}) {
       for (auto [K, N] : {std::pair<int64_t, int64_t>{64, 1}, {100, 17}, {1000, 300}}) {
         const std::vector<float> x = random_floats(rng, size_t(T * K)), wf = random_floats(rng, size_t(N * K)),
                                  bias = random_floats(rng, size_t(N));
@@ -380,7 +380,7 @@ TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
           QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), QuantSpec{bits, gs}, scale_type);
           if (symmetric) q.biases = Tensor();
           const Tensor dense = dequantize(q);
-          for (int64_t T : {1, 5, 9, 33}) {
+          for (int64_t T : {1, 5, 6, 7, 8, 9, 33}) {
             const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
             std::vector<float> want(size_t(T * N));
             cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_view(q), bias.data(), want.data());
@@ -465,7 +465,7 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 1024}}) {
       const QuantizedMatrix q = random_k_quants(rng, type, N, K);
       const Tensor dense = dequantize(q);
-      for (int64_t T : {1, 3, 9, 33}) {
+      for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 33}) {
         const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
         std::vector<float> want(size_t(T * N));
         cpu::ggml_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_blocks(q), bias.data(), want.data());

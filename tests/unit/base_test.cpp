@@ -53,6 +53,26 @@ TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
   EXPECT_LE(sizes.rbegin()->second * 8, sizes.begin()->second);
 }
 
+// A loop of one item per thread (or a few) is split evenly: no chunk is empty and none has more
+// than one item over another, so with one item per thread each thread can take one (the
+// bandwidth probe reads one slice per thread this way).
+TEST(ThreadPool, FewItemsGetOneChunkEach) {
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t{threads}, int64_t{2} * threads, int64_t{16}}) {
+      std::mutex m;
+      std::vector<int64_t> sizes;
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        std::lock_guard<std::mutex> lock(m);
+        sizes.push_back(e - b);
+      });
+      const int64_t chunks = std::min<int64_t>(n, int64_t{threads} * 4);
+      EXPECT_EQ(static_cast<int64_t>(sizes.size()), chunks) << threads << " threads, n=" << n;
+      for (int64_t s : sizes) EXPECT_TRUE(s == n / chunks || s == n / chunks + 1) << threads << " threads, n=" << n;
+    }
+  }
+}
+
 TEST(Flags, ParsesTypedValuesAndRefusesUnknownFlags) {
   std::string model;
   int64_t n = 0;

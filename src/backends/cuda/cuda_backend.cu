@@ -12,6 +12,7 @@
 #include "backends/cuda/kernels.h"
 #include "base/error.h"
 #include "core/backend.h"
+#include "core/device_memory.h"
 
 namespace hearth::cuda {
 namespace {
@@ -31,7 +32,8 @@ class CudaBackend final : public Backend {
     const Tensor host = word.to_device(kCpu);
     const int32_t* e = host.data<int32_t>();
     if (e[0] == kNoError) return;
-    word = Tensor::zeros({3}, DType::kI32, ctx.device);
+    // Cleared in place, in stream order after the copy above (the buffer kernels hold stays).
+    device_memory(DeviceType::kCuda).zero(ctx.device, word.raw(), word.nbytes());
     const std::string value = std::to_string(e[1]), limit = std::to_string(e[2]);
     if (e[0] == kBadTokenId) throw InputError("embedding: token id " + value + " outside vocabulary of " + limit);
     throw InputError("kv_write: slot " + value + " outside the pool of " + limit + " slots");

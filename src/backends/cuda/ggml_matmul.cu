@@ -112,6 +112,9 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
       case 2: matvec<2>(s, w, x, bias, y); break;
       case 3: matvec<3>(s, w, x, bias, y); break;
       case 4: matvec<4>(s, w, x, bias, y); break;
+      case 5: matvec<5>(s, w, x, bias, y); break;
+      case 6: matvec<6>(s, w, x, bias, y); break;
+      case 7: matvec<7>(s, w, x, bias, y); break;
       default: matvec<kMatvecRows>(s, w, x, bias, y); break;
     }
     HEARTH_CUDA_LAUNCHED("ggml matvec");

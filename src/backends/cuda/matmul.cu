@@ -130,11 +130,16 @@ void check_cublas(cublasStatus_t st, const char* what) {
   }
 }
 
-// One handle per device, created on first use, bound to the device's stream.
+// Held across a handle's mode switch and its GEMM: the handles are shared by every thread.
+std::mutex& cublas_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// One handle per device, created on first use, bound to the device's stream (caller holds
+// cublas_mutex()).
 cublasHandle_t handle_for(int device, cudaStream_t s) {
   static std::array<cublasHandle_t, 16> handles{};
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
   cublasHandle_t& h = handles.at(static_cast<size_t>(device));
   if (h == nullptr) check_cublas(cublasCreate(&h), "cublasCreate");
   check_cublas(cublasSetStream(h, s), "cublasSetStream");
@@ -156,6 +161,7 @@ void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, co
     return;
   }
   // Column-major view: y^T [N, T] = (w as K x N)^T . (x as K x T).
+  std::lock_guard<std::mutex> lock(cublas_mutex());
   cublasHandle_t h = handle_for(device, s);
   const float one = 1.0f, zero = 0.0f;
   const int m = static_cast<int>(N), n = static_cast<int>(T), k = static_cast<int>(K);

@@ -61,6 +61,7 @@ cudaStream_t use_device(Device device) {
 namespace {
 
 // Small blocks round to 512 bytes, large ones to 2 MiB, so that freed blocks fit later requests.
+// (The cache is never trimmed while allocations succeed; when one fails it is given back whole.)
 size_t size_class(size_t bytes) {
   constexpr size_t kSmall = 512, kLarge = size_t{2} << 20;
   const size_t unit = bytes < (size_t{1} << 20) ? kSmall : kLarge;
@@ -76,7 +77,9 @@ class CudaMemory final : public DeviceMemory {
     const size_t size = size_class(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     auto& free = free_[static_cast<size_t>(device.index)];
-    if (auto it = free.find(size); it != free.end()) {
+    // The smallest cached block that fits, if it is at most twice the request: blocks of one
+    // size class serve neighbouring ones too, so the cache does not keep a set per batch size.
+    if (auto it = free.lower_bound(size); it != free.end() && it->first <= 2 * size) {
       void* p = it->second;
       free.erase(it);
       return p;
