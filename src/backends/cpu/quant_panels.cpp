@@ -29,7 +29,7 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kTChunk = 64;           // x rows per prefill chunk
-constexpr int64_t kPrefetchBytes = 2048;  // decode: software prefetch distance along a panel
+constexpr int64_t kPrefetchBytes = 4096;  // decode: software prefetch distance along a panel
 
 // x rounded to int8 per group, in natural order.
 struct PreparedX {
