@@ -65,7 +65,17 @@ Tensor Engine::step(const std::vector<Work>& work) {
   }
   // Built on the host, run on the context's device; logits come back to the host (sampling).
   const Batch batch = Batch::build(steps, options_.block_size).to_device(ctx_.device);
-  Tensor logits = model_.forward(ctx_, batch, kv_).to_device(kCpu);
+  Tensor logits;
+  try {
+    logits = model_.forward(ctx_, batch, kv_).to_device(kCpu);
+  } catch (...) {
+    // What the device's kernels recorded in this failed step is this step's, not the next one's.
+    try {
+      ops::check_errors(ctx_);
+    } catch (const InputError&) {
+    }
+    throw;
+  }
   ops::check_errors(ctx_);
   for (const Work& w : work) w.seq->n_cached += w.n_tokens;
   return logits;
