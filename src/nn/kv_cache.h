@@ -11,7 +11,6 @@ namespace hearth {
 struct KvCache {
   int64_t n_blocks = 0;
   int64_t block_size = 0;
-  DType dtype = DType::kF32;  // of every K and V element
   std::vector<ops::KvLayer> layers;
 
   static KvCache allocate(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
@@ -19,7 +18,6 @@ struct KvCache {
     KvCache c;
     c.n_blocks = n_blocks;
     c.block_size = block_size;
-    c.dtype = dtype;
     for (int64_t i = 0; i < n_layers; ++i) {
       c.layers.push_back({Tensor::zeros({n_blocks, block_size, n_kv_heads, head_dim}, dtype, device),
                           Tensor::zeros({n_blocks, block_size, n_kv_heads, head_dim}, dtype, device)});

@@ -16,7 +16,6 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kMatvecRows = 8;
 constexpr int kWarpsPerBlock = 8;
 
 __device__ inline float load_f16(const uint8_t* p) {

@@ -47,12 +47,16 @@ void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids);
 void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t row, const int32_t* slots,
               int64_t n_slots, void* k_cache, void* v_cache, DType type, int32_t* errors);
 
+// x rows up to which the matmuls take their matrix-vector kernels (each weight row read once for
+// all of them); more rows go through a GEMM.
+constexpr int kMatvecRows = 8;
+
 // y: [T, N] f32 = x: [T, K] f32 . w: [N, K] (f32, bf16 or f16)^T + bias ([N] or null). scratch:
 // T * K 16-bit values (used for 16-bit weights when T > 8; may be null otherwise).
 void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y, void* scratch);
 // True when matmul needs `scratch` for these sizes.
-inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > 8 && w_type != DType::kF32; }
+inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > kMatvecRows && w_type != DType::kF32; }
 
 // An MLX affine quantized [N, K] matrix in rows layout (core/quant.h); biases null for
 // symmetric codes.
@@ -67,7 +71,9 @@ struct QuantArgs {
 // y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_scratch_bytes(T, N, K) bytes.
 void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
                       float* y, void* scratch);
-inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) { return T <= 8 ? 0 : 2 * (N + T) * K; }
+inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) {
+  return T <= kMatvecRows ? 0 : 2 * (N + T) * K;
+}
 // out: [T, K] f32 = the dequantized rows ids[t] of w; bad ids are reported in `errors`.
 void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
 

@@ -23,7 +23,6 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kMatvecRows = 8;
 constexpr int kWarpsPerBlock = 8;
 
 template <typename W, int kT>

@@ -18,7 +18,6 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kMatvecRows = 8;
 constexpr int kWarpsPerBlock = 8;
 
 __device__ inline float param(const void* p, DType t, int64_t i) {
