@@ -4,9 +4,12 @@
 #   scripts/gpu_test.sh pack   here, after the release build: copies build/tests/gpu's test
 #                              binaries, build/hearth and build/bench/make_random_model (for GPU
 #                              benchmarks) and the shared libraries they need beyond glibc,
-#                              libstdc++ and CUDA's into .gpu-pack/
-#   scripts/gpu_test.sh run    there, from the repo root with .gpu-pack/ carried: registers the
-#                              packed binaries as ctest tests labelled gpu and runs ctest -L gpu
+#                              libstdc++ and CUDA's into .gpu-pack/, then packs that folder as
+#                              .gpu-pack.tar.xz (the carried tree is capped; the tarball is a
+#                              fifth of the folder)
+#   scripts/gpu_test.sh run    there, from the repo root with .gpu-pack.tar.xz (or .gpu-pack/)
+#                              carried: registers the packed binaries as ctest tests labelled gpu
+#                              and runs ctest -L gpu
 # On a GPU machine with the full toolchain the same tests run with
 #   cmake --preset release && cmake --build --preset release && ctest --preset release -L gpu
 set -euo pipefail
@@ -22,6 +25,10 @@ lib_path() {
     if [ -d "$d" ]; then libs="$libs:$d"; fi
   done
   echo "$libs"
+}
+# There, the folder comes from the carried tarball (afresh: a warm machine keeps an older one).
+unpack() {
+  if [ -f "$pack.tar.xz" ]; then rm -rf "$pack" && tar -xJf "$pack.tar.xz"; fi
 }
 case "${1:-}" in
   pack)
@@ -39,18 +46,14 @@ case "${1:-}" in
         xargs -r cp -L -t "$pack/lib/"
     done
     strip --strip-unneeded "$pack"/bin/* "$pack"/hearth "$pack"/make_random_model "$pack"/lib/*
-    du -sh "$pack"
+    tar -cJf "$pack.tar.xz" "$pack"
+    du -sh "$pack" "$pack.tar.xz"
     ;;
   run)
+    unpack
     [ -d "$pack/bin" ] || { echo "$pack/bin missing: run '$0 pack' where the project builds, carry $pack" >&2; exit 1; }
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-    # The CUDA toolkit's libraries (cuBLAS) where the GPU machine keeps them.
     libs=$(lib_path)
-    pip_cublas=$(python3 -c 'import nvidia.cublas as m; print(m.__path__[0] + "/lib")' 2>/dev/null || true)
-    for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
-      $pip_cublas; do
-      if [ -d "$d" ]; then libs="$libs:$d"; fi
-    done
     # Tests run the CLI as the build tree's build/hearth (HEARTH_BINARY).
     if [ ! -e build/hearth ]; then mkdir -p build && ln -s "$PWD/$pack/hearth" build/hearth; fi
     dir=$(mktemp -d)
@@ -63,6 +66,7 @@ case "${1:-}" in
     cd "$dir" && ctest -L gpu --output-on-failure -V
     ;;
   env)
+    unpack
     # For running the packed tools by hand there: eval "$(scripts/gpu_test.sh env)"
     echo "export LD_LIBRARY_PATH=$(lib_path)"
     ;;
