@@ -15,6 +15,9 @@ const std::vector<KnobInfo>& all_knobs() {
        "CPU kernel instruction set: auto (best the CPU has), scalar (reference kernels), avx2, "
        "avx512. Asking for one the CPU lacks is an error."},
       {"HEARTH_THREADS", "0", "CPU worker threads; 0 means one per online core."},
+      {"HEARTH_DEVICE_GRAPHS", "1",
+       "GPU decode steps (up to 8 sequences) replay a recorded CUDA graph: 1, or 0 to launch "
+       "kernel by kernel (for comparison and debugging)."},
       {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
       {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
       {"HF_HOME", "",
@@ -62,6 +65,12 @@ std::string knob_text(std::string_view env) {
 namespace knobs {
 
 std::string isa() { return knob_text("HEARTH_ISA"); }
+
+bool device_graphs() {
+  const std::string text = knob_text("HEARTH_DEVICE_GRAPHS");
+  if (text != "0" && text != "1") throw InputError("HEARTH_DEVICE_GRAPHS: expected 0 or 1, got '" + text + "'");
+  return text == "1";
+}
 
 int threads() {
   const std::string text = knob_text("HEARTH_THREADS");

@@ -27,6 +27,8 @@ namespace knobs {
 std::string isa();
 // Worker threads for the CPU backend; 0 = one per core.
 int threads();
+// Whether GPU decode steps replay recorded device graphs (HEARTH_DEVICE_GRAPHS, default on).
+bool device_graphs();
 // Hearth's cache directory: $XDG_CACHE_HOME/hearth, else $HOME/.cache/hearth; "" when neither is set.
 std::string cache_dir();
 }  // namespace knobs

@@ -31,6 +31,8 @@ class Backend {
   // Raises what the device's kernels reported since the last call (bad indices they skipped);
   // waits for the device's queued work where that is needed. Default: nothing to report.
   virtual void check_errors(Context&) {}
+  // ops::record_graph. Default: no graphs (nullptr).
+  virtual std::unique_ptr<DeviceGraph> record_graph(Context&, const std::function<void()>&) { return nullptr; }
 };
 
 // Registration (called by a backend's static registrar) and lookup.

@@ -254,5 +254,9 @@ void softmax(Context& ctx, Tensor& x) {
 
 void check_errors(Context& ctx) { backend_for(ctx.device).check_errors(ctx); }
 
+std::unique_ptr<DeviceGraph> record_graph(Context& ctx, const std::function<void()>& work) {
+  return backend_for(ctx.device).record_graph(ctx, work);
+}
+
 }  // namespace ops
 }  // namespace hearth

@@ -4,10 +4,25 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "core/context.h"
 #include "core/quant.h"
 #include "core/tensor.h"
+
+namespace hearth {
+
+// Work recorded on a device, replayed as one launch: the same kernels on the same buffers, so
+// each replay reads what is in those buffers then (inputs are refreshed in place between
+// replays). Destroying it waits for its last replay.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+};
+
+}  // namespace hearth
 
 namespace hearth::ops {
 
@@ -71,5 +86,10 @@ void softmax(Context& ctx, Tensor& x);
 // the last call. On the CPU ops throw at once; a GPU's kernels record it and run on (the op
 // returns before they do), so the engine calls this once per step, after the logits are back.
 void check_errors(Context& ctx);
+
+// Records the device work that `work` queues on ctx's device; nothing runs while recording.
+// Memory allocated or freed while recording belongs to the graph for its life (its replays
+// write it). nullptr where the device has no graphs (the CPU, whose ops run as they are called).
+std::unique_ptr<DeviceGraph> record_graph(Context& ctx, const std::function<void()>& work);
 
 }  // namespace hearth::ops

@@ -6,13 +6,18 @@
 
 namespace hearth {
 
-Batch Batch::build(const std::vector<SeqStep>& seqs, int64_t block_size) {
+Batch Batch::build(const std::vector<SeqStep>& seqs, int64_t block_size, int64_t table_width) {
   HEARTH_CHECK(block_size > 0);
   const int64_t S = static_cast<int64_t>(seqs.size());
   int64_t T = 0, max_blocks = 1;
   for (const SeqStep& s : seqs) {
     T += static_cast<int64_t>(s.tokens.size());
     max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(s.blocks.size()));
+  }
+  if (table_width > 0) {
+    HEARTH_CHECK_MSG(table_width >= max_blocks, "batch: block tables of width " + std::to_string(table_width) +
+                                                    " cannot hold " + std::to_string(max_blocks) + " blocks");
+    max_blocks = table_width;
   }
   std::vector<int32_t> tokens, positions, slots, starts{0}, ctx, tables(static_cast<size_t>(S * max_blocks), 0), rows;
   for (int64_t si = 0; si < S; ++si) {

@@ -26,8 +26,10 @@ struct Batch {
   Tensor logits_rows;        // [R] i32: rows of the batch that need logits
   int64_t n_tokens() const { return tokens.dim(0); }
 
-  // Throws InputError when a sequence's blocks cannot hold its tokens.
-  static Batch build(const std::vector<SeqStep>& seqs, int64_t block_size);
+  // Throws InputError when a sequence's blocks cannot hold its tokens. The block tables are as
+  // wide as the longest one, or `table_width` when that is given (a recorded graph's inputs
+  // keep one shape; it must be at least the longest).
+  static Batch build(const std::vector<SeqStep>& seqs, int64_t block_size, int64_t table_width = 0);
   // The same batch with every tensor on `device`.
   Batch to_device(Device device) const;
 };

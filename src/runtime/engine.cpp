@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/knobs.h"
 
 namespace hearth {
 namespace {
@@ -30,6 +31,8 @@ Engine::Engine(const Model& model, Context ctx, EngineOptions options)
       pool_(kv_.n_blocks),
       prefix_cache_(pool_, options.block_size, cache_blocks(kv_, options)) {
   HEARTH_CHECK(options.block_size > 0);
+  if (ctx.device.type != DeviceType::kCpu && knobs::device_graphs())
+    graphs_ = std::make_unique<DecodeGraphs>(model_, kv_);
 }
 
 Engine::~Engine() = default;
@@ -64,10 +67,13 @@ Tensor Engine::step(const std::vector<Work>& work) {
                             static_cast<int32_t>(s.n_cached), std::span<const int32_t>(s.blocks), w.all_logits});
   }
   // Built on the host, run on the context's device; logits come back to the host (sampling).
-  const Batch batch = Batch::build(steps, options_.block_size).to_device(ctx_.device);
+  auto forward = [&] {
+    if (graphs_ && graphs_->fits(steps)) return graphs_->run(ctx_, steps);
+    return model_.forward(ctx_, Batch::build(steps, options_.block_size).to_device(ctx_.device), kv_);
+  };
   Tensor logits;
   try {
-    logits = model_.forward(ctx_, batch, kv_).to_device(kCpu);
+    logits = forward().to_device(kCpu);
   } catch (...) {
     // What the device's kernels recorded in this failed step is this step's, not the next one's.
     try {

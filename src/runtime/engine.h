@@ -8,6 +8,7 @@
 
 #include "models/model.h"
 #include "runtime/block_pool.h"
+#include "runtime/decode_graphs.h"
 #include "runtime/prefix_cache.h"
 
 namespace hearth {
@@ -62,6 +63,8 @@ class Engine {
   PrefixCache& prefix_cache() { return prefix_cache_; }
   int64_t block_bytes() const;  // KV bytes of one block, all layers
   int64_t block_size() const { return options_.block_size; }
+  // Decode steps that replayed a recorded device graph (0 on the CPU).
+  int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
 
  private:
   void reserve(Sequence& seq, int64_t n_total);
@@ -70,7 +73,8 @@ class Engine {
   EngineOptions options_;
   KvCache kv_;
   BlockPool pool_;
-  PrefixCache prefix_cache_;  // after pool_: it holds references into it
+  PrefixCache prefix_cache_;              // after pool_: it holds references into it
+  std::unique_ptr<DecodeGraphs> graphs_;  // on a GPU, unless HEARTH_DEVICE_GRAPHS=0; after kv_
 };
 
 }  // namespace hearth

@@ -127,6 +127,78 @@ TEST_P(CudaParity, QuantizedModelsMatchTheCpuReference) {
   }
 }
 
+// Every logit of a schedule of steps: three prompts prefilled, then decode steps of changing
+// sets of sequences (sizes 1 to 3, each size recorded once and replayed after), the next token
+// of each the argmax of its logits.
+std::vector<float> run_schedule(const Model& m, const Fixture& f, int64_t* replays) {
+  Engine engine(m, Context{nullptr, kGpu}, EngineOptions{.block_size = 4, .kv_tokens = 512});
+  std::vector<Sequence> seqs(3);
+  std::vector<float> all;
+  const int64_t V = m.info().vocab_size;
+  auto take = [&](const Tensor& logits, const std::vector<size_t>& which) {
+    EXPECT_EQ(logits.dim(0), static_cast<int64_t>(which.size()));
+    all.insert(all.end(), logits.data<float>(), logits.data<float>() + logits.numel());
+    for (size_t r = 0; r < which.size(); ++r) {
+      const float* row = logits.data<float>() + static_cast<int64_t>(r) * V;
+      seqs[which[r]].tokens.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+    }
+  };
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].tokens.assign(f.tokens.begin(), f.tokens.begin() + static_cast<std::ptrdiff_t>(f.tokens.size() - 2 * i));
+    take(engine.step({{&seqs[i], static_cast<int64_t>(seqs[i].tokens.size())}}), {i});
+  }
+  const std::vector<std::vector<size_t>> schedule = {{0},    {0, 1}, {0, 1, 2}, {2},    {1, 2}, {0, 1, 2}, {0},
+                                                     {2, 0}, {1},    {0, 1, 2}, {0, 2}, {1},    {0, 1, 2}};
+  for (const auto& which : schedule) {
+    std::vector<Engine::Work> work;
+    for (size_t i : which) work.push_back({&seqs[i], 1});
+    take(engine.step(work), which);
+  }
+  *replays = engine.graph_replays();
+  return all;
+}
+
+// Decode steps replayed from recorded graphs give the very logits of the same steps launched
+// kernel by kernel (the same kernels on the same values; only the block tables' stride differs).
+TEST_P(CudaParity, GraphReplaysMatchKernelByKernelSteps) {
+  const Fixture f = load_fixture(GetParam());
+  auto m = load_model(f.dir, LoadOptions{.device = kGpu});
+  int64_t replays = 0, eager_replays = 0;
+  const std::vector<float> graphed = run_schedule(*m, f, &replays);
+  std::vector<float> eager;
+  {
+    const KnobOverride off("HEARTH_DEVICE_GRAPHS", "0");
+    eager = run_schedule(*m, f, &eager_replays);
+  }
+  EXPECT_EQ(eager_replays, 0);
+  EXPECT_EQ(replays, 13 - 3);  // the first step of each size runs eagerly and records
+  ASSERT_EQ(graphed.size(), eager.size());
+  for (size_t i = 0; i < graphed.size(); ++i) ASSERT_EQ(graphed[i], eager[i]) << "logit " << i;
+}
+
+// A bad token id in a replayed step fails that step with the kernel's report, and the next
+// step replays cleanly.
+TEST_P(CudaParity, GraphReplayReportsABadTokenOnce) {
+  const Fixture f = load_fixture(GetParam());
+  auto m = load_model(f.dir, LoadOptions{.device = kGpu});
+  Engine engine(*m, Context{nullptr, kGpu});
+  Sequence s;
+  s.tokens = f.tokens;
+  engine.step({{&s, static_cast<int64_t>(s.tokens.size())}});
+  for (int i = 0; i < 2; ++i) {  // records, then replays
+    s.tokens.push_back(f.greedy[static_cast<size_t>(i)]);
+    engine.step({{&s, 1}});
+  }
+  ASSERT_EQ(engine.graph_replays(), 1);
+  s.tokens.push_back(static_cast<int32_t>(m->info().vocab_size));
+  EXPECT_THROW(engine.step({{&s, 1}}), InputError);
+  s.tokens.back() = f.greedy[2];
+  const Tensor logits = engine.step({{&s, 1}});
+  EXPECT_EQ(engine.graph_replays(), 3);
+  const int64_t V = m->info().vocab_size;
+  EXPECT_EQ(std::max_element(logits.data<float>(), logits.data<float>() + V) - logits.data<float>(), f.greedy[3]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity, ::testing::ValuesIn(testing::parity_fixtures()),
                          [](const auto& info) { return info.param; });
 

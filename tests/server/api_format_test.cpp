@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "base/mapped_file.h"
 #include "server/anthropic_api.h"
 #include "server/openai_api.h"
@@ -325,10 +328,17 @@ TEST(server_http, StatsMetricsAndCountTokens) {
     ASSERT_EQ(r->status, 200);
   }
   c.Post("/v1/completions", R"({"prompt": 1})", "application/json");
-  auto st = c.Get("/stats");
-  ASSERT_TRUE(st);
-  ASSERT_EQ(st->status, 200);
-  const json stats = json::parse(st->body);
+  // A request's tokens are counted once the server has written its response's end, which can
+  // be after the client has read it: poll until they are in (or 10 s have passed).
+  json stats;
+  for (int tries = 0; tries < 1000; ++tries) {
+    auto st = c.Get("/stats");
+    ASSERT_TRUE(st);
+    ASSERT_EQ(st->status, 200);
+    stats = json::parse(st->body);
+    if (stats["tokens"]["generated"] == 6 && stats["requests"]["total"] == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(stats["model"], "tiny");
   EXPECT_GT(stats["context_tokens"].get<int64_t>(), 0);
   EXPECT_EQ(stats["requests"]["total"], 3);

@@ -384,12 +384,18 @@ void expect_counts(const InProcessServer& s, const json& before, const Counts& w
   auto grew = [&](const json& after, const char* group, const char* key) {
     return after["requests"][group].value(key, int64_t{0}) - before["requests"][group].value(key, int64_t{0});
   };
+  auto generated_since = [&](const json& after) {
+    return after["tokens"]["generated"].get<int64_t>() - before["tokens"]["generated"].get<int64_t>();
+  };
   json after;
+  // A request's tokens are counted when the server has written its response's end, which can be
+  // after the client has read it: wait for the counters too, not only for an idle engine.
   eventually([&] {
     after = get_stats(s);
     return idle(after) &&
            after["requests"]["cancelled"].get<int64_t>() - before["requests"]["cancelled"].get<int64_t>() >=
-               want.cancelled;
+               want.cancelled &&
+           generated_since(after) >= want.generated_min;
   });
   EXPECT_TRUE(idle(after)) << after.dump();
   EXPECT_EQ(grew(after, "by_endpoint", "chat"), want.chat) << after.dump();
@@ -401,7 +407,7 @@ void expect_counts(const InProcessServer& s, const json& before, const Counts& w
   EXPECT_EQ(after["requests"]["errors_5xx"], before["requests"]["errors_5xx"]);
   EXPECT_EQ(after["requests"]["cancelled"].get<int64_t>() - before["requests"]["cancelled"].get<int64_t>(),
             want.cancelled);
-  const int64_t generated = after["tokens"]["generated"].get<int64_t>() - before["tokens"]["generated"].get<int64_t>();
+  const int64_t generated = generated_since(after);
   EXPECT_GE(generated, want.generated_min);
   EXPECT_LE(generated, want.generated_max);
 }

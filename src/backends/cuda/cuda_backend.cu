@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/graph.h"
 #include "backends/cuda/kernels.h"
 #include "base/error.h"
 #include "core/backend.h"
@@ -37,6 +38,11 @@ class CudaBackend final : public Backend {
     const std::string value = std::to_string(e[1]), limit = std::to_string(e[2]);
     if (e[0] == kBadTokenId) throw InputError("embedding: token id " + value + " outside vocabulary of " + limit);
     throw InputError("kv_write: slot " + value + " outside the pool of " + limit + " slots");
+  }
+
+  std::unique_ptr<DeviceGraph> record_graph(Context& ctx, const std::function<void()>& work) override {
+    error_word(ctx.device);  // allocated before, not by the recorded work
+    return cuda::record_graph(ctx.device, work);
   }
 
   void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) override {

@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 
 #include "core/device.h"
 
@@ -19,6 +21,16 @@ void check(cudaError_t e, const char* what);
 // Makes `device` current and returns its stream: every kernel and copy of the backend on that
 // device runs in this one stream, so each sees the results of the ones before it.
 cudaStream_t use_device(Device device);
+
+// The device memory of one recorded graph (memory.cu): blocks the graph's work allocated or
+// freed while it was recorded, kept for its replays. Between begin and end every allocation
+// and free on the device goes through the pool; dissolve gives its blocks back to the cache.
+struct GraphPool {
+  std::multimap<size_t, void*> free;  // the pool's blocks not held by a live tensor, by size
+};
+void begin_graph_pool(Device device, GraphPool* pool);
+void end_graph_pool(Device device);
+void dissolve_graph_pool(Device device, GraphPool* pool);
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 

@@ -3,6 +3,10 @@
 // driver call; as all work on a device runs in its one stream (cuda_common.h), a block freed
 // by the host is reused only by work queued after everything that used it. When cudaMalloc
 // fails, the cached blocks are given back to the driver and the allocation is tried once more.
+//
+// While a graph is recorded on a device (graph.cu), its blocks come from and go back to the
+// graph's own pool: every block the recorded work touches stays the graph's until the graph is
+// destroyed, since each replay writes them again, whatever the host did with them meanwhile.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -76,7 +80,8 @@ class CudaMemory final : public DeviceMemory {
     use_device(device);
     const size_t size = size_class(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& free = free_[static_cast<size_t>(device.index)];
+    GraphPool* pool = recording_[static_cast<size_t>(device.index)];
+    auto& free = pool != nullptr ? pool->free : free_[static_cast<size_t>(device.index)];
     // The smallest cached block that fits, if it is at most twice the request: blocks of one
     // size class serve neighbouring ones too, so the cache does not keep a set per batch size.
     if (auto it = free.lower_bound(size); it != free.end() && it->first <= 2 * size) {
@@ -98,12 +103,39 @@ class CudaMemory final : public DeviceMemory {
     check(e, "cudaMalloc");
     sizes_[p] = size;
     held_[static_cast<size_t>(device.index)] += size;
+    if (pool != nullptr) owner_[p] = pool;
     return p;
   }
 
   void deallocate(Device device, void* p, size_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    free_[static_cast<size_t>(device.index)].emplace(sizes_.at(p), p);
+    GraphPool* pool = recording_[static_cast<size_t>(device.index)];
+    if (auto it = owner_.find(p); it != owner_.end()) {
+      pool = it->second;
+    } else if (pool != nullptr) {
+      owner_[p] = pool;  // freed while recording: the recorded work may have used it
+    }
+    (pool != nullptr ? pool->free : free_[static_cast<size_t>(device.index)]).emplace(sizes_.at(p), p);
+  }
+
+  // From now until end_recording, the device's allocations and frees use `pool`.
+  void begin_recording(Device device, GraphPool* pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    HEARTH_CHECK(recording_[static_cast<size_t>(device.index)] == nullptr);
+    recording_[static_cast<size_t>(device.index)] = pool;
+  }
+  void end_recording(Device device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    recording_[static_cast<size_t>(device.index)] = nullptr;
+  }
+  // The pool's blocks join the device's cache (the caller has waited for the graph's last
+  // replay); blocks still held by live tensors go there when those are freed.
+  void dissolve(Device device, GraphPool* pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = owner_.begin(); it != owner_.end();) {
+      it = it->second == pool ? owner_.erase(it) : std::next(it);
+    }
+    free_[static_cast<size_t>(device.index)].merge(pool->free);
   }
 
   DeviceMemoryInfo info(Device device) override {
@@ -153,16 +185,27 @@ class CudaMemory final : public DeviceMemory {
 
   std::mutex mutex_;
   std::array<std::multimap<size_t, void*>, kMaxDevices> free_;
-  std::unordered_map<void*, size_t> sizes_;  // every block from cudaMalloc -> its size
-  std::array<size_t, kMaxDevices> held_{};   // per device: the sum of its blocks' sizes
+  std::unordered_map<void*, size_t> sizes_;          // every block from cudaMalloc -> its size
+  std::array<size_t, kMaxDevices> held_{};           // per device: the sum of its blocks' sizes
+  std::array<GraphPool*, kMaxDevices> recording_{};  // per device: the pool of the graph being recorded
+  std::unordered_map<void*, GraphPool*> owner_;      // blocks that belong to a graph's pool
 };
 
 // The allocator lives as long as the process: tensors freed during static destruction still
 // find it.
+CudaMemory& memory() {
+  static CudaMemory* m = new CudaMemory;
+  return *m;
+}
+
 const bool registered = [] {
-  register_device_memory(DeviceType::kCuda, new CudaMemory);
+  register_device_memory(DeviceType::kCuda, &memory());
   return true;
 }();
 
 }  // namespace
+
+void begin_graph_pool(Device device, GraphPool* pool) { memory().begin_recording(device, pool); }
+void end_graph_pool(Device device) { memory().end_recording(device); }
+void dissolve_graph_pool(Device device, GraphPool* pool) { memory().dissolve(device, pool); }
 }  // namespace hearth::cuda

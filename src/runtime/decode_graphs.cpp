@@ -1,0 +1,77 @@
+#include "runtime/decode_graphs.h"
+
+#include "base/error.h"
+#include "core/device_memory.h"
+
+namespace hearth {
+namespace {
+
+// The parts of a batch of S decode rows, in the order they sit in a graph's inputs.
+std::vector<const Tensor*> parts(const Batch& b) {
+  return {&b.tokens,      &b.positions,        &b.slots, &b.attn.seq_starts, &b.attn.context_lens,
+          &b.logits_rows, &b.attn.block_tables};
+}
+
+}  // namespace
+
+DecodeGraphs::DecodeGraphs(const Model& model, KvCache& kv) : model_(model), kv_(kv) {}
+
+DecodeGraphs::~DecodeGraphs() = default;
+
+bool DecodeGraphs::fits(const std::vector<SeqStep>& steps) const {
+  if (unsupported_ || steps.empty() || static_cast<int64_t>(steps.size()) > kMaxSeqs) return false;
+  for (const SeqStep& s : steps) {
+    if (s.tokens.size() != 1) return false;  // all_logits of one token is its logits
+  }
+  return true;
+}
+
+void DecodeGraphs::upload(Context& ctx, Recorded& r, const std::vector<SeqStep>& steps) const {
+  // Built on the host as any batch (and checked there), with the tables the graph's width.
+  const Batch host = Batch::build(steps, kv_.block_size, kv_.n_blocks);
+  std::vector<int32_t> packed;
+  packed.reserve(static_cast<size_t>(r.inputs.numel()));
+  for (const Tensor* t : parts(host)) packed.insert(packed.end(), t->data<int32_t>(), t->data<int32_t>() + t->numel());
+  HEARTH_CHECK(static_cast<int64_t>(packed.size()) == r.inputs.numel());
+  device_memory(ctx.device.type).to_device(ctx.device, r.inputs.raw(), packed.data(), r.inputs.nbytes());
+}
+
+Tensor DecodeGraphs::run(Context& ctx, const std::vector<SeqStep>& steps) {
+  HEARTH_CHECK(fits(steps));
+  const auto S = static_cast<int64_t>(steps.size());
+  std::unique_ptr<Recorded>& slot = by_size_[static_cast<size_t>(S)];
+  if (slot != nullptr) {
+    upload(ctx, *slot, steps);
+    slot->graph->replay();
+    ++replays_;
+    return slot->logits;
+  }
+  auto r = std::make_unique<Recorded>();
+  const int64_t width = kv_.n_blocks;
+  r->inputs = Tensor::empty({6 * S + 1 + S * width}, DType::kI32, ctx.device);
+  int64_t at = 0;
+  auto next = [&](const Shape& shape) {
+    const Tensor t = r->inputs.slice_rows(at, at + shape.numel()).reshape(shape);
+    at += shape.numel();
+    return t;
+  };
+  r->batch.tokens = next({S});
+  r->batch.positions = next({S});
+  r->batch.slots = next({S});
+  r->batch.attn.seq_starts = next({S + 1});
+  r->batch.attn.context_lens = next({S});
+  r->batch.logits_rows = next({S});
+  r->batch.attn.block_tables = next({S, width});
+  upload(ctx, *r, steps);
+  Tensor logits = model_.forward(ctx, r->batch, kv_);
+  Recorded& rec = *r;
+  rec.graph = ops::record_graph(ctx, [&] { rec.logits = model_.forward(ctx, rec.batch, kv_); });
+  if (rec.graph == nullptr) {
+    unsupported_ = true;
+  } else {
+    slot = std::move(r);
+  }
+  return logits;
+}
+
+}  // namespace hearth

@@ -1,0 +1,49 @@
+// Decode steps on a GPU as recorded device graphs: a step of S sequences that each add one
+// token (S <= kMaxSeqs) replays the graph recorded for S, one launch instead of a launch per
+// kernel. Each graph owns its inputs, a Batch whose tensors keep one place and one shape (block
+// tables as wide as the whole pool), refreshed by one copy per step; the graph's kernels read
+// them when they run.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "models/model.h"
+
+namespace hearth {
+
+class DecodeGraphs {
+ public:
+  static constexpr int64_t kMaxSeqs = 8;
+
+  // For `model` writing into `kv` (both outlive this) on ctx's device.
+  DecodeGraphs(const Model& model, KvCache& kv);
+  ~DecodeGraphs();
+
+  // Whether the step can replay a graph: one new token per sequence, its logits only, at most
+  // kMaxSeqs sequences, and graphs not found missing on this device.
+  bool fits(const std::vector<SeqStep>& steps) const;
+  // Runs the step (fits() holds): logits [S, vocab] on the device, valid until the next run.
+  // The first step of each size runs eagerly and then records the graph (recording queues
+  // nothing, and the eager run has loaded every kernel first).
+  Tensor run(Context& ctx, const std::vector<SeqStep>& steps);
+  int64_t replays() const { return replays_; }
+
+ private:
+  struct Recorded {
+    Tensor inputs;  // i32: tokens, positions, slots, seq_starts, context_lens, logits_rows, block_tables
+    Batch batch;    // views of `inputs`
+    Tensor logits;  // written by each replay
+    std::unique_ptr<DeviceGraph> graph;
+  };
+  void upload(Context& ctx, Recorded& r, const std::vector<SeqStep>& steps) const;
+
+  const Model& model_;
+  KvCache& kv_;
+  bool unsupported_ = false;  // the device records no graphs
+  int64_t replays_ = 0;
+  std::array<std::unique_ptr<Recorded>, kMaxSeqs + 1> by_size_;
+};
+
+}  // namespace hearth
