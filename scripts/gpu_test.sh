@@ -36,7 +36,7 @@ case "${1:-}" in
     [ ${#bins[@]} -gt 0 ] || { echo "no GPU test binaries in build/tests/gpu: build with the CUDA backend" >&2; exit 1; }
     rm -rf "$pack" && mkdir -p "$pack/bin" "$pack/lib"
     cp "${bins[@]}" "$pack/bin/"
-    tools=(build/hearth build/bench/make_random_model)
+    tools=(build/hearth build/bench/make_random_model build/bench/cuda_ops_bench)
     cp "${tools[@]}" "$pack/"
     for b in "${bins[@]}" "${tools[@]}"; do
       # Not glibc's, libstdc++, CUDA's own (the GPU machine has its toolkit), nor the
@@ -45,7 +45,7 @@ case "${1:-}" in
         { grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt|libcublas[^/]*|libcudart|libssl|libcrypto|libz|libbrotli[a-z]*)\.so' || true; } |
         xargs -r cp -L -t "$pack/lib/"
     done
-    strip --strip-unneeded "$pack"/bin/* "$pack"/hearth "$pack"/make_random_model "$pack"/lib/*
+    strip --strip-unneeded "$pack"/bin/* "$pack"/hearth "$pack"/make_random_model "$pack"/cuda_ops_bench "$pack"/lib/*
     tar -cJf "$pack.tar.xz" "$pack"
     du -sh "$pack" "$pack.tar.xz"
     ;;

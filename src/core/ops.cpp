@@ -76,7 +76,9 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
   backend_on(ctx, "embedding", {&table, &ids, &out}).embedding(ctx, table, ids, out);
 }
 
-void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+namespace {
+
+void expect_matmul(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
   expect_dtype(x, DType::kF32, "matmul", "x");
   expect(w.defined() && is_float(w.dtype()), "matmul",
          "expected float weights, got " + (w.defined() ? w.str() : "none"));
@@ -90,7 +92,22 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   expect_dtype(y, DType::kF32, "matmul", "y");
   expect(y.shape() == Shape({x.dim(0), w.dim(0)}), "matmul",
          "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.dim(0)) + "], got " + y.str());
+}
+
+}  // namespace
+
+void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  expect_matmul(x, w, bias, y);
   backend_on(ctx, "matmul", {&x, &w, &bias, &y}).matmul(ctx, x, w, bias, y);
+}
+
+void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts) {
+  for (const MatmulPart& p : parts) {
+    expect(p.w != nullptr && p.bias != nullptr && p.y != nullptr, "matmul_group", "a part lacks a tensor");
+    expect_matmul(x, *p.w, *p.bias, *p.y);
+    backend_on(ctx, "matmul_group", {p.w, p.bias, p.y});
+  }
+  backend_on(ctx, "matmul_group", {&x}).matmul_group(ctx, x, parts);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "core/context.h"
 #include "core/quant.h"
@@ -31,6 +32,16 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 
 // x: [T, K] f32, w: [N, K] f32|bf16|f16, bias: [N] f32 or undefined -> y: [T, N] f32
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+
+// One x times several matrices, parts[i].y = x . parts[i].w^T + parts[i].bias, each part as
+// matmul above (q, k and v; gate and up). A backend may run them as one pass: the GPU's decode
+// kernel reads all their rows in one launch, so the small ones do not each pay a launch's ramp.
+struct MatmulPart {
+  const Tensor* w;
+  const Tensor* bias;  // undefined tensor for none
+  Tensor* y;
+};
+void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts);
 
 // x: [T, K] f32, w: quantized [N, K] (core/quant.h: MLX affine or ggml blocks), bias: [N] f32
 // or undefined -> y: [T, N] f32

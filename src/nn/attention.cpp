@@ -25,9 +25,10 @@ Attention Attention::load(const WeightLoader& w, const std::string& prefix, cons
 
 Tensor Attention::forward(Context& ctx, const Tensor& x, const Batch& batch, const Rope& rope, ops::KvLayer& kv) const {
   const int64_t T = x.dim(0);
-  Tensor qh = q.forward(ctx, x).reshape({T, shape.n_heads, shape.head_dim});
-  Tensor kh = k.forward(ctx, x).reshape({T, shape.n_kv_heads, shape.head_dim});
-  Tensor vh = v.forward(ctx, x).reshape({T, shape.n_kv_heads, shape.head_dim});
+  const std::vector<Tensor> qkv = Linear::forward_group(ctx, x, {&q, &k, &v});
+  Tensor qh = qkv[0].reshape({T, shape.n_heads, shape.head_dim});
+  Tensor kh = qkv[1].reshape({T, shape.n_kv_heads, shape.head_dim});
+  const Tensor vh = qkv[2].reshape({T, shape.n_kv_heads, shape.head_dim});
   if (q_norm.defined()) ops::rms_norm(ctx, qh, q_norm.weight, q_norm.eps, qh);
   if (k_norm.defined()) ops::rms_norm(ctx, kh, k_norm.weight, k_norm.eps, kh);
   ops::rope(ctx, qh, batch.positions, rope.inv_freq, rope.attention_factor);

@@ -137,6 +137,22 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) const {
   return y;
 }
 
+std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers) {
+  std::vector<Tensor> ys;
+  std::vector<ops::MatmulPart> dense;
+  ys.reserve(layers.size());  // parts point into it
+  for (const Linear* l : layers) {
+    if (l->qweight.defined()) {
+      ys.push_back(l->forward(ctx, x));
+    } else {
+      ys.push_back(Tensor::empty({x.dim(0), l->out_features()}, DType::kF32, ctx.device));
+      dense.push_back({&l->weight, &l->bias, &ys.back()});
+    }
+  }
+  if (!dense.empty()) ops::matmul_group(ctx, x, dense);
+  return ys;
+}
+
 Embedding Embedding::load(const WeightLoader& w, const std::string& prefix, int64_t vocab, int64_t dim) {
   Embedding e;
   e.qtable = w.quantized(prefix, vocab, dim);

@@ -1,8 +1,10 @@
 // Basic layers and the typed weight loader they share.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/context.h"
 #include "core/device.h"
@@ -63,6 +65,9 @@ struct Linear {
   int64_t out_features() const { return qweight.defined() ? qweight.rows : weight.dim(0); }
   // x: [T, in] -> [T, out]
   Tensor forward(Context& ctx, const Tensor& x) const;
+  // The same x through several layers (q, k, v; gate, up): their outputs, in order. Float
+  // matrices go through ops::matmul_group; quantized ones one by one.
+  static std::vector<Tensor> forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers);
 };
 
 // A token embedding table [V, D], float or quantized; tied LM heads reuse it as a Linear.

@@ -11,9 +11,9 @@ GatedMlp GatedMlp::load(const WeightLoader& w, const std::string& prefix, int64_
 }
 
 Tensor GatedMlp::forward(Context& ctx, const Tensor& x) const {
-  Tensor g = gate.forward(ctx, x);
-  const Tensor u = up.forward(ctx, x);
-  ops::silu_mul(ctx, g, u, g);
+  std::vector<Tensor> gu = Linear::forward_group(ctx, x, {&gate, &up});
+  Tensor& g = gu[0];
+  ops::silu_mul(ctx, g, gu[1], g);
   return down.forward(ctx, g);
 }
 

@@ -282,66 +282,101 @@ TEST(CudaOps, MatmulMatchesTheScalarReference) {
   }
 }
 
+// Several matrices of one x in one launch (decode rows) or one by one (more rows): each part
+// exactly as its own matmul, with and without a bias, sizes that split the launch's warps
+// unevenly.
+TEST(CudaOps, MatmulGroupGivesEachPartItsOwnMatmul) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  Context ctx = gpu_ctx();
+  const int64_t K = 512;
+  const std::vector<int64_t> sizes = {300, 7, 64};
+  for (DType type : {DType::kF32, DType::kBF16}) {
+    for (int64_t T : {1, 4, 8, 9}) {
+      const Tensor x = on_gpu({T, K}, random_floats(rng, size_t(T * K)));
+      std::vector<Tensor> w, bias, y, alone;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const std::vector<float> values = random_floats(rng, size_t(sizes[i] * K));
+        w.push_back(Tensor::from_f32({sizes[i], K}, values.data()).to(type).to_device(kGpu));
+        bias.push_back(i == 1 ? Tensor() : on_gpu({sizes[i]}, random_floats(rng, size_t(sizes[i]))));
+        y.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
+        alone.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
+        ops::matmul(ctx, x, w[i], bias[i], alone[i]);
+      }
+      const std::vector<ops::MatmulPart> parts = {
+          {&w[0], &bias[0], &y[0]}, {&w[1], &bias[1], &y[1]}, {&w[2], &bias[2], &y[2]}};
+      ops::matmul_group(ctx, x, parts);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        EXPECT_EQ(to_host<float>(y[i]), to_host<float>(alone[i])) << dtype_name(type) << " T=" << T << " part " << i;
+      }
+    }
+  }
+}
+
 // Paged attention over a shuffled block table with NaN in every unused slot, prefill and
-// decode rows of several sequences, GQA, windows, and each cache type.
+// decode rows of several sequences, GQA, windows, and each cache type; then a batch of decode
+// rows only (the split kernel, contexts from 1 to 1001 positions).
 TEST(CudaOps, AttentionMatchesTheScalarReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(9);
   Context ctx = gpu_ctx();
   const int64_t Hq = 8, Hkv = 2, block_size = 16;
-  const std::vector<int32_t> q_lens = {1, 37, 1, 5}, ctx_lens = {300, 0, 17, 64};
-  for (int64_t Dh : {64, 128, 80}) {
-    for (int32_t window : {0, 100}) {
-      for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
-        const int64_t S = int64_t(q_lens.size());
-        std::vector<int32_t> starts = {0};
-        int64_t max_blocks = 0, total_blocks = 2;
-        for (int64_t s = 0; s < S; ++s) {
-          starts.push_back(starts.back() + q_lens[size_t(s)]);
-          max_blocks = std::max(max_blocks, (ctx_lens[size_t(s)] + q_lens[size_t(s)] + block_size - 1) / block_size);
+  const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> cases = {
+      {{1, 37, 1, 5}, {300, 0, 17, 64}}, {{1, 1, 1, 1, 1}, {300, 0, 17, 1000, 63}}};
+  for (const auto& [q_lens, ctx_lens] : cases)
+    for (int64_t Dh : {64, 128, 80}) {
+      for (int32_t window : {0, 100}) {
+        for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+          const int64_t S = int64_t(q_lens.size());
+          std::vector<int32_t> starts = {0};
+          int64_t max_blocks = 0, total_blocks = 2;
+          for (int64_t s = 0; s < S; ++s) {
+            starts.push_back(starts.back() + q_lens[size_t(s)]);
+            max_blocks = std::max(max_blocks, (ctx_lens[size_t(s)] + q_lens[size_t(s)] + block_size - 1) / block_size);
+          }
+          total_blocks += S * max_blocks;
+          std::vector<int32_t> perm(static_cast<size_t>(total_blocks));
+          for (size_t i = 0; i < perm.size(); ++i) perm[i] = int32_t(i);
+          std::shuffle(perm.begin(), perm.end(), rng);
+          std::vector<int32_t> tables(size_t(S * max_blocks));
+          for (size_t i = 0; i < tables.size(); ++i) tables[i] = perm[i];
+          const int64_t T = starts.back(), n_slots = total_blocks * block_size;
+          // Every slot random, then the slots no sequence owns set to NaN.
+          std::vector<float> k = random_floats(rng, size_t(n_slots * Hkv * Dh)), v = random_floats(rng, k.size());
+          std::vector<bool> owned(size_t(n_slots), false);
+          for (int64_t s = 0; s < S; ++s)
+            for (int64_t j = 0; j < ctx_lens[size_t(s)] + q_lens[size_t(s)]; ++j)
+              owned[size_t(tables[size_t(s * max_blocks + j / block_size)] * block_size + j % block_size)] = true;
+          for (int64_t slot = 0; slot < n_slots; ++slot)
+            if (!owned[size_t(slot)])
+              for (int64_t e = 0; e < Hkv * Dh; ++e)
+                k[size_t(slot * Hkv * Dh + e)] = v[size_t(slot * Hkv * Dh + e)] =
+                    std::numeric_limits<float>::quiet_NaN();
+          const Tensor kc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, k.data()).to(type);
+          const Tensor vc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, v.data()).to(type);
+          const std::vector<float> q = random_floats(rng, size_t(T * Hq * Dh), -2.0f, 2.0f);
+          const float scale = 1.0f / std::sqrt(float(Dh));
+          std::vector<float> want(q.size());
+          cpu::AttentionArgs a{};
+          a.q = q.data();
+          a.out = want.data();
+          a.T = T, a.Hq = Hq, a.Hkv = Hkv, a.Dh = Dh;
+          a.k_cache = kc.raw(), a.v_cache = vc.raw(), a.kv_dtype = type;
+          a.block_size = block_size;
+          a.seq_starts = starts.data(), a.context_lens = ctx_lens.data(), a.block_tables = tables.data();
+          a.n_seqs = S, a.max_blocks = max_blocks, a.scale = scale, a.window = window;
+          cpu::attention(Isa::kScalar, nullptr, a);
+          const ops::KvLayer cache{kc.to_device(kGpu), vc.to_device(kGpu)};
+          const ops::AttentionBatch batch{on_gpu_i32({S + 1}, starts), on_gpu_i32({S}, ctx_lens),
+                                          on_gpu_i32({S, max_blocks}, tables)};
+          Tensor out = Tensor::empty({T, Hq, Dh}, DType::kF32, kGpu);
+          ops::attention(ctx, on_gpu({T, Hq, Dh}, q), cache, batch, scale, window, out);
+          expect_close(to_host<float>(out), want, 1e-5, 1e-4,
+                       std::string("attention ") + std::string(dtype_name(type)) + " T=" + std::to_string(T) +
+                           " Dh=" + std::to_string(Dh) + " window=" + std::to_string(window));
         }
-        total_blocks += S * max_blocks;
-        std::vector<int32_t> perm(static_cast<size_t>(total_blocks));
-        for (size_t i = 0; i < perm.size(); ++i) perm[i] = int32_t(i);
-        std::shuffle(perm.begin(), perm.end(), rng);
-        std::vector<int32_t> tables(size_t(S * max_blocks));
-        for (size_t i = 0; i < tables.size(); ++i) tables[i] = perm[i];
-        const int64_t T = starts.back(), n_slots = total_blocks * block_size;
-        // Every slot random, then the slots no sequence owns set to NaN.
-        std::vector<float> k = random_floats(rng, size_t(n_slots * Hkv * Dh)), v = random_floats(rng, k.size());
-        std::vector<bool> owned(size_t(n_slots), false);
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t j = 0; j < ctx_lens[size_t(s)] + q_lens[size_t(s)]; ++j)
-            owned[size_t(tables[size_t(s * max_blocks + j / block_size)] * block_size + j % block_size)] = true;
-        for (int64_t slot = 0; slot < n_slots; ++slot)
-          if (!owned[size_t(slot)])
-            for (int64_t e = 0; e < Hkv * Dh; ++e)
-              k[size_t(slot * Hkv * Dh + e)] = v[size_t(slot * Hkv * Dh + e)] = std::numeric_limits<float>::quiet_NaN();
-        const Tensor kc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, k.data()).to(type);
-        const Tensor vc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, v.data()).to(type);
-        const std::vector<float> q = random_floats(rng, size_t(T * Hq * Dh), -2.0f, 2.0f);
-        const float scale = 1.0f / std::sqrt(float(Dh));
-        std::vector<float> want(q.size());
-        cpu::AttentionArgs a{};
-        a.q = q.data();
-        a.out = want.data();
-        a.T = T, a.Hq = Hq, a.Hkv = Hkv, a.Dh = Dh;
-        a.k_cache = kc.raw(), a.v_cache = vc.raw(), a.kv_dtype = type;
-        a.block_size = block_size;
-        a.seq_starts = starts.data(), a.context_lens = ctx_lens.data(), a.block_tables = tables.data();
-        a.n_seqs = S, a.max_blocks = max_blocks, a.scale = scale, a.window = window;
-        cpu::attention(Isa::kScalar, nullptr, a);
-        const ops::KvLayer cache{kc.to_device(kGpu), vc.to_device(kGpu)};
-        const ops::AttentionBatch batch{on_gpu_i32({S + 1}, starts), on_gpu_i32({S}, ctx_lens),
-                                        on_gpu_i32({S, max_blocks}, tables)};
-        Tensor out = Tensor::empty({T, Hq, Dh}, DType::kF32, kGpu);
-        ops::attention(ctx, on_gpu({T, Hq, Dh}, q), cache, batch, scale, window, out);
-        expect_close(to_host<float>(out), want, 1e-5, 1e-4,
-                     std::string("attention ") + std::string(dtype_name(type)) + " Dh=" + std::to_string(Dh) +
-                         " window=" + std::to_string(window));
       }
     }
-  }
 }
 
 cpu::AffineMatrix cpu_view(const QuantizedMatrix& q) {

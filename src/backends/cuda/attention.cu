@@ -2,12 +2,18 @@
 // reference, backends/cpu/attention.cpp). q: [T, Hq, Dh] f32; K/V cache: [n_blocks,
 // block_size, Hkv, Dh] f32|f16|bf16; out: [T, Hq, Dh] f32.
 //
-// One block of kWarps warps per (query row, head). Warp w takes the positions lo + 2w,
-// lo + 2w + 1, lo + 2w + 2 kWarps, ... two at a time (both rows' loads in flight before either
-// score is reduced: a decode row is latency-bound, not bandwidth-bound) and keeps an online
-// softmax over them (running max m, sum l, and the weighted V sum in registers, lane i holding
-// dims i, i + 32, ...); the warps' states are merged at the end. K and V rows are read whole by
-// a warp, so each load is coalesced.
+// A block of warps takes one (query row, head) and a range of the row's positions. Warp w takes
+// positions begin + 2w, begin + 2w + 1, begin + 2w + 2 kWarps, ... two at a time (both
+// positions' K and V loads in flight before either score is reduced: a decode row is
+// latency-bound, not bandwidth-bound) and keeps an online softmax over them (running max m, sum l, and the weighted
+// V sum in registers, lane i holding dims i, i + 32, ...); the warps' states are merged at the
+// end. K and V rows are read whole by a warp, so each load is coalesced.
+//
+// Prefill rows (T > kMatvecRows) take all their positions in one block of 16 warps. Decode rows
+// split them (flash-decoding): kSplits (64) blocks of 4 warps per (row, head), each over its
+// part of the row's positions, sized on the device from the row's context (so a recorded graph
+// serves any context), write their unnormalized state to scratch; a second kernel merges them.
+// A decode row of a 32-head model then spreads over up to 8192 warps instead of 32 blocks.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,13 +26,16 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kWarps = 16;
+constexpr int kPrefillWarps = 16;
+constexpr int kSplitWarps = 4;
+constexpr int kSplits = 64;
 constexpr int kMaxDimsPerLane = 8;  // Dh <= 256
 
-template <typename T>
-__global__ void attention_kernel(AttentionArgs a) {
-  const int64_t t = blockIdx.x, h = blockIdx.y;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+// Where query row t of the batch sits: its sequence, cache index c, and first visible index.
+struct RowPlace {
+  int64_t seq, c, lo;
+};
+__device__ RowPlace place_of(const AttentionArgs& a, int64_t t) {
   // The sequence of row t: the last s with seq_starts[s] <= t.
   int64_t lo_s = 0, hi_s = a.n_seqs - 1;
   while (lo_s < hi_s) {
@@ -37,9 +46,16 @@ __global__ void attention_kernel(AttentionArgs a) {
       hi_s = mid - 1;
     }
   }
-  const int64_t seq = lo_s;
-  const int64_t c = a.context_lens[seq] + t - a.seq_starts[seq];
-  const int64_t lo = a.window > 0 ? max(int64_t{0}, c - a.window + 1) : 0;
+  const int64_t c = a.context_lens[lo_s] + t - a.seq_starts[lo_s];
+  return {lo_s, c, a.window > 0 ? max(int64_t{0}, c - a.window + 1) : 0};
+}
+
+// One block's online softmax over positions [begin, end) of row t, head h: the block's max M and
+// sum L, and in acc_out[d] (shared) the V sum weighted by e^(s - M). M is -inf for an empty range.
+template <typename T, int kWarps>
+__device__ void attend(const AttentionArgs& a, int64_t t, int64_t h, const RowPlace& p, int64_t begin, int64_t end,
+                       float* acc_out, float* m_out, float* l_out) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t kv_head = h / (a.Hq / a.Hkv);
   const float* q = a.q + (t * a.Hq + h) * a.Dh;
   const T* k_cache = static_cast<const T*>(a.k_cache);
@@ -53,43 +69,53 @@ __global__ void attention_kernel(AttentionArgs a) {
   }
   float m = -INFINITY, l = 0.0f;
   auto row_of = [&](int64_t j) {
-    const int64_t b = a.block_tables[seq * a.max_blocks + j / a.block_size];
+    const int64_t b = a.block_tables[p.seq * a.max_blocks + j / a.block_size];
     return (b * a.block_size + j % a.block_size) * a.Hkv + kv_head;
   };
-  for (int64_t j = lo + 2 * warp; j <= c; j += 2 * kWarps) {
-    const bool two = j + 1 <= c;
-    const T* k0 = k_cache + row_of(j) * a.Dh;
-    const T* k1 = two ? k_cache + row_of(j + 1) * a.Dh : k0;
-    float kr0[kMaxDimsPerLane], kr1[kMaxDimsPerLane];
-    for (int i = 0; i < dims; ++i) {
-      kr0[i] = widen(k0[lane + 32 * i]);
-      kr1[i] = widen(k1[lane + 32 * i]);
+  for (int64_t j = begin + 2 * warp; j < end; j += 2 * kWarps) {
+    const bool two = j + 1 < end;
+    const int64_t r0 = row_of(j) * a.Dh, r1 = two ? row_of(j + 1) * a.Dh : r0;
+    // K and V of both positions loaded before any reduction: one round trip to memory, not two.
+    T kr0[kMaxDimsPerLane], kr1[kMaxDimsPerLane], vr0[kMaxDimsPerLane], vr1[kMaxDimsPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      if (i < dims) {
+        kr0[i] = k_cache[r0 + lane + 32 * i];
+        kr1[i] = k_cache[r1 + lane + 32 * i];
+        vr0[i] = v_cache[r0 + lane + 32 * i];
+        vr1[i] = v_cache[r1 + lane + 32 * i];
+      }
     }
     float s0 = 0.0f, s1 = 0.0f;
-    for (int i = 0; i < dims; ++i) {
-      s0 += qr[i] * kr0[i];
-      s1 += qr[i] * kr1[i];
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      if (i < dims) {
+        s0 += qr[i] * widen(kr0[i]);
+        s1 += qr[i] * widen(kr1[i]);
+      }
     }
     s0 = warp_sum(s0);
     s1 = two ? warp_sum(s1) : -INFINITY;
-    const T* v0 = v_cache + (k0 - k_cache);
-    const T* v1 = v_cache + (k1 - k_cache);
     const float m_new = fmaxf(m, fmaxf(s0, s1));
     const float keep = expf(m - m_new), p0 = expf(s0 - m_new), p1 = two ? expf(s1 - m_new) : 0.0f;
     l = l * keep + p0 + p1;
-    for (int i = 0; i < dims; ++i) {
-      acc[i] = acc[i] * keep + p0 * widen(v0[lane + 32 * i]) + p1 * widen(v1[lane + 32 * i]);
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      if (i < dims) acc[i] = acc[i] * keep + p0 * widen(vr0[i]) + p1 * widen(vr1[i]);
     }
     m = m_new;
   }
-  // Merge the warps: out = sum_w acc_w e^(m_w - M) / sum_w l_w e^(m_w - M).
+  // Merge the warps: acc = sum_w acc_w e^(m_w - M), L = sum_w l_w e^(m_w - M).
   __shared__ float ms[kWarps], ls[kWarps];
   __shared__ float accs[kWarps][32 * kMaxDimsPerLane];
   if (lane == 0) {
     ms[warp] = m;
     ls[warp] = l;
   }
-  for (int i = 0; i < dims; ++i) accs[warp][lane + 32 * i] = acc[i];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    if (i < dims) accs[warp][lane + 32 * i] = acc[i];
+  }
   __syncthreads();
   float big = -INFINITY;
   for (int w = 0; w < kWarps; ++w) big = fmaxf(big, ms[w]);
@@ -98,24 +124,114 @@ __global__ void attention_kernel(AttentionArgs a) {
     weight[w] = ms[w] == -INFINITY ? 0.0f : expf(ms[w] - big);  // a warp that saw no position
     total += ls[w] * weight[w];
   }
-  float* out = a.out + (t * a.Hq + h) * a.Dh;
   for (int64_t d = threadIdx.x; d < a.Dh; d += kWarps * 32) {
     float o = 0.0f;
     for (int w = 0; w < kWarps; ++w) o += accs[w][d] * weight[w];
-    out[d] = o / total;
+    acc_out[d] = o;
   }
+  *m_out = big;
+  *l_out = total;
+}
+
+template <typename T>
+__global__ void attention_kernel(AttentionArgs a) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const RowPlace p = place_of(a, t);
+  __shared__ float acc[32 * kMaxDimsPerLane];
+  float m, l;
+  attend<T, kPrefillWarps>(a, t, h, p, p.lo, p.c + 1, acc, &m, &l);
+  __syncthreads();
+  float* out = a.out + (t * a.Hq + h) * a.Dh;
+  for (int64_t d = threadIdx.x; d < a.Dh; d += kPrefillWarps * 32) out[d] = acc[d] / l;
+}
+
+// Split z of row t, head h: positions [lo + z * chunk, lo + (z + 1) * chunk) of the row's n =
+// c - lo + 1, chunk = ceil(n / kSplits) rounded up to whole rounds of the block's warps.
+// partial: [T, Hq, kSplits, Dh] unnormalized sums; stats: [T, Hq, kSplits] (M, L).
+template <typename T>
+__global__ void attention_split_kernel(AttentionArgs a, float* partial, float2* stats) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, z = blockIdx.z;
+  const RowPlace p = place_of(a, t);
+  const int64_t n = p.c - p.lo + 1, round = 2 * kSplitWarps;
+  const int64_t chunk = ((n + kSplits - 1) / kSplits + round - 1) / round * round;
+  const int64_t begin = p.lo + z * chunk, end = min(p.c + 1, begin + chunk);
+  const int64_t at = (t * a.Hq + h) * kSplits + z;
+  if (begin >= end) {
+    if (threadIdx.x == 0) stats[at] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  float m, l;
+  attend<T, kSplitWarps>(a, t, h, p, begin, end, partial + at * a.Dh, &m, &l);
+  if (threadIdx.x == 0) stats[at] = make_float2(m, l);
+}
+
+// out[t, h] = sum_z partial_z e^(M_z - M) / sum_z L_z e^(M_z - M), one block per (row, head).
+// The splits that saw positions are a prefix (the empty ones are past the row's end); their
+// weights go to shared memory first, then each thread sums its dims over them with the loads
+// unrolled, so that they are in flight together.
+__global__ void attention_merge_kernel(const float* partial, const float2* stats, int64_t Hq, int64_t Dh, float* out) {
+  const int64_t th = blockIdx.x * Hq + blockIdx.y;
+  __shared__ float weight[kSplits];
+  __shared__ float total;
+  __shared__ int active;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float big = -INFINITY;
+    for (int z = lane; z < kSplits; z += 32) big = fmaxf(big, stats[th * kSplits + z].x);
+    big = warp_max(big);
+    float sum = 0.0f;
+    int n = 0;
+    for (int z = lane; z < kSplits; z += 32) {
+      const float2 st = stats[th * kSplits + z];
+      const bool seen = st.x != -INFINITY;
+      weight[z] = seen ? expf(st.x - big) : 0.0f;
+      sum += seen ? st.y * weight[z] : 0.0f;
+      n += seen ? 1 : 0;
+    }
+    sum = warp_sum(sum);
+    n = __reduce_add_sync(0xffffffffu, n);
+    if (lane == 0) {
+      total = sum;
+      active = n;
+    }
+  }
+  __syncthreads();
+  const float* part = partial + th * kSplits * Dh;
+  for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int z = 0; z < active; ++z) o += part[z * Dh + d] * weight[z];
+    out[th * Dh + d] = o / total;
+  }
+}
+
+template <typename T>
+void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
+  if (a.T > kMatvecRows) {
+    attention_kernel<T><<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), kPrefillWarps * 32, 0, s>>>(a);
+    return;
+  }
+  auto* partial = static_cast<float*>(scratch);
+  auto* stats = reinterpret_cast<float2*>(partial + a.T * a.Hq * kSplits * a.Dh);
+  const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq), kSplits);
+  attention_split_kernel<T><<<grid, kSplitWarps * 32, 0, s>>>(a, partial, stats);
+  attention_merge_kernel<<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), 128, 0, s>>>(
+      partial, stats, a.Hq, a.Dh, a.out);
 }
 
 }  // namespace
 
-void attention(cudaStream_t s, const AttentionArgs& a) {
+int64_t attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Dh) {
+  return T > kMatvecRows ? 0 : T * Hq * kSplits * (Dh + 2) * static_cast<int64_t>(sizeof(float));
+}
+
+void attention(cudaStream_t s, const AttentionArgs& a, void* scratch) {
   if (a.T == 0 || a.Hq == 0) return;
   HEARTH_CHECK(a.Dh <= 32 * kMaxDimsPerLane);
-  const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq));
   switch (a.kv_dtype) {
-    case DType::kF16: attention_kernel<__half><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case DType::kBF16: attention_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, s>>>(a); break;
-    default: attention_kernel<float><<<grid, kWarps * 32, 0, s>>>(a); break;
+    case DType::kF16: launch<__half>(s, a, scratch); break;
+    case DType::kBF16: launch<__nv_bfloat16>(s, a, scratch); break;
+    default: launch<float>(s, a, scratch); break;
   }
   HEARTH_CUDA_LAUNCHED("attention");
 }

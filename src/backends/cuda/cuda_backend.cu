@@ -59,6 +59,21 @@ class CudaBackend final : public Backend {
                  scratch.defined() ? scratch.raw() : nullptr);
   }
 
+  // Decode rows through float matrices of one type: one launch for all parts.
+  void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) override {
+    const int64_t T = x.dim(0);
+    bool one_launch = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
+    for (const ops::MatmulPart& p : parts) one_launch = one_launch && p.w->dtype() == parts[0].w->dtype();
+    if (!one_launch) return Backend::matmul_group(ctx, x, parts);
+    std::array<MatvecPart, kMaxMatvecParts> launch{};
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const ops::MatmulPart& p = parts[i];
+      launch[i] = {p.w->raw(), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(), p.w->dim(0)};
+    }
+    cuda::matvec_group(use_device(ctx.device), x.data<float>(), T, x.dim(1), parts[0].w->dtype(), launch.data(),
+                       static_cast<int>(parts.size()));
+  }
+
   static QuantArgs affine(const QuantizedMatrix& w) {
     return {w.packed.data<uint32_t>(),
             w.scales.raw(),
@@ -150,7 +165,10 @@ class CudaBackend final : public Backend {
     a.scale = scale;
     a.window = window;
     if (a.Dh > 256) throw Unsupported("attention: head dim " + std::to_string(a.Dh) + " over 256 on CUDA");
-    cuda::attention(use_device(ctx.device), a);
+    Tensor scratch;
+    if (const int64_t bytes = attention_scratch_bytes(a.T, a.Hq, a.Dh); bytes > 0)
+      scratch = Tensor::empty({bytes}, DType::kU8, ctx.device);
+    cuda::attention(use_device(ctx.device), a, scratch.defined() ? scratch.raw() : nullptr);
   }
 
   void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) override {

@@ -55,6 +55,16 @@ constexpr int kMatvecRows = 8;
 // T * K 16-bit values (used for 16-bit weights when T > 8; may be null otherwise).
 void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y, void* scratch);
+// Decode rows (1 <= T <= kMatvecRows) of one x through up to kMaxMatvecParts matrices of one
+// type in one launch: parts[i].y: [T, parts[i].N] = x . parts[i].w^T + parts[i].bias.
+constexpr int kMaxMatvecParts = 4;
+struct MatvecPart {
+  const void* w;  // [N, K]
+  const float* bias;
+  float* y;
+  int64_t N;
+};
+void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_type, const MatvecPart* parts, int n);
 // True when matmul needs `scratch` for these sizes.
 inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > kMatvecRows && w_type != DType::kF32; }
 
@@ -104,7 +114,8 @@ struct AttentionArgs {
   float scale;
   int32_t window;  // <= 0: none
 };
-// Varlen paged attention with GQA (core/ops.h), Dh <= 256.
-void attention(cudaStream_t s, const AttentionArgs& args);
+// Varlen paged attention with GQA (core/ops.h), Dh <= 256. scratch: attention_scratch_bytes.
+void attention(cudaStream_t s, const AttentionArgs& args, void* scratch);
+int64_t attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Dh);
 
 }  // namespace hearth::cuda

@@ -3,7 +3,9 @@
 //
 // Decode (T <= kMatvecRows): one warp per output row n reads w's row once, coalesced, for all
 // T rows of x, accumulating in f32 (w widened exactly, as on the CPU): memory-bound, so it
-// reads at the bandwidth the weights allow.
+// reads at the bandwidth the weights allow. Several matrices of one x (q, k, v) share a launch,
+// their rows one range: a launch of a small matrix alone spends much of its time ramping up
+// and draining.
 // Prefill: cuBLAS. f32 weights take SGEMM (f32 math, no TF32); bf16/f16 weights take the
 // tensor cores with x rounded to the weights' type and f32 accumulation (docs/numerics.md).
 #include <cublas_v2.h>
@@ -19,18 +21,40 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/reduce.cuh"
+#include "base/error.h"
 
 namespace hearth::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
+// The matrices of one launch: part p owns the launch's rows [first[p], first[p + 1]).
+template <typename W>
+struct Parts {
+  const W* w[kMaxMatvecParts];
+  const float* bias[kMaxMatvecParts];
+  float* y[kMaxMatvecParts];
+  int64_t N[kMaxMatvecParts];
+  int64_t first[kMaxMatvecParts + 1];
+  int n;
+};
+
+// The part and row of the launch's row r.
+template <typename W>
+__device__ inline int part_of(const Parts<W>& p, int64_t r) {
+  int i = 0;
+  while (i + 1 < p.n && r >= p.first[i + 1]) ++i;
+  return i;
+}
+
 template <typename W, int kT>
-__global__ void matvec_kernel(const float* x, const W* w, const float* bias, int64_t K, int64_t N, float* y) {
-  const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
+__global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (n >= N) return;
-  const W* row = w + n * K;
+  if (r >= p.first[p.n]) return;
+  const int i = part_of(p, r);
+  const int64_t n = r - p.first[i], N = p.N[i];
+  const W* row = p.w[i] + n * K;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
   for (int64_t k = lane; k < K; k += 32) {
@@ -39,21 +63,24 @@ __global__ void matvec_kernel(const float* x, const W* w, const float* bias, int
   }
   for (int t = 0; t < kT; ++t) {
     const float sum = warp_sum(acc[t]);
-    if (lane == 0) y[t * N + n] = sum + (bias != nullptr ? bias[n] : 0.0f);
+    if (lane == 0) p.y[i][t * N + n] = sum + (p.bias[i] != nullptr ? p.bias[i][n] : 0.0f);
   }
 }
 
 // The same with 16-byte loads: lane i reads 16 bytes of the row at a time (8 bf16/f16 or 4 f32),
-// four loads in flight, so a warp moves 2 KiB per round trip to memory. Needs K * sizeof(W)
+// eight loads in flight, so a warp moves 4 KiB per round trip to memory (with four, 2 KiB, the
+// long rows of a down projection read at 3.1 TB/s of the H200's 4.3). Needs K * sizeof(W)
 // and the rows' start a multiple of 16 bytes, and x 16-byte aligned.
 template <typename W, int kT>
-__global__ void matvec16_kernel(const float* x, const W* w, const float* bias, int64_t K, int64_t N, float* y) {
+__global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
   constexpr int kPer = 16 / sizeof(W);  // elements per 16-byte load
-  constexpr int kUnroll = 4;
-  const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
+  constexpr int kUnroll = 8;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (n >= N) return;
-  const uint4* row = reinterpret_cast<const uint4*>(w + n * K);
+  if (r >= p.first[p.n]) return;
+  const int i = part_of(p, r);
+  const int64_t n = r - p.first[i], N = p.N[i];
+  const uint4* row = reinterpret_cast<const uint4*>(p.w[i] + n * K);
   const int64_t vecs = K / kPer;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
@@ -82,33 +109,43 @@ __global__ void matvec16_kernel(const float* x, const W* w, const float* bias, i
   }
   for (int t = 0; t < kT; ++t) {
     const float sum = warp_sum(acc[t]);
-    if (lane == 0) y[t * N + n] = sum + (bias != nullptr ? bias[n] : 0.0f);
+    if (lane == 0) p.y[i][t * N + n] = sum + (p.bias[i] != nullptr ? p.bias[i][n] : 0.0f);
   }
 }
 
 template <typename W, int kT>
-void matvec(cudaStream_t s, const float* x, const W* w, const float* bias, int64_t K, int64_t N, float* y) {
-  const bool aligned =
-      (K * sizeof(W)) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+void matvec(cudaStream_t s, const float* x, const Parts<W>& p, int64_t K) {
+  bool aligned = (K * sizeof(W)) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int i = 0; i < p.n; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(p.w[i]) % 16 == 0;
+  const unsigned blocks = blocks_for(p.first[p.n], kWarpsPerBlock);
   if (aligned) {
-    matvec16_kernel<W, kT><<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(x, w, bias, K, N, y);
+    matvec16_kernel<W, kT><<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, p, K);
   } else {
-    matvec_kernel<W, kT><<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(x, w, bias, K, N, y);
+    matvec_kernel<W, kT><<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, p, K);
   }
 }
 
 template <typename W>
-void matvec_rows(cudaStream_t s, const float* x, int64_t T, const W* w, const float* bias, int64_t K, int64_t N,
-                 float* y) {
+void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* parts, int n, int64_t K) {
+  Parts<W> p{};
+  p.n = n;
+  for (int i = 0; i < n; ++i) {
+    p.w[i] = static_cast<const W*>(parts[i].w);
+    p.bias[i] = parts[i].bias;
+    p.y[i] = parts[i].y;
+    p.N[i] = parts[i].N;
+    p.first[i + 1] = p.first[i] + parts[i].N;
+  }
+  if (p.first[n] == 0) return;
   switch (T) {
-    case 1: return matvec<W, 1>(s, x, w, bias, K, N, y);
-    case 2: return matvec<W, 2>(s, x, w, bias, K, N, y);
-    case 3: return matvec<W, 3>(s, x, w, bias, K, N, y);
-    case 4: return matvec<W, 4>(s, x, w, bias, K, N, y);
-    case 5: return matvec<W, 5>(s, x, w, bias, K, N, y);
-    case 6: return matvec<W, 6>(s, x, w, bias, K, N, y);
-    case 7: return matvec<W, 7>(s, x, w, bias, K, N, y);
-    default: return matvec<W, kMatvecRows>(s, x, w, bias, K, N, y);
+    case 1: return matvec<W, 1>(s, x, p, K);
+    case 2: return matvec<W, 2>(s, x, p, K);
+    case 3: return matvec<W, 3>(s, x, p, K);
+    case 4: return matvec<W, 4>(s, x, p, K);
+    case 5: return matvec<W, 5>(s, x, p, K);
+    case 6: return matvec<W, 6>(s, x, p, K);
+    case 7: return matvec<W, 7>(s, x, p, K);
+    default: return matvec<W, kMatvecRows>(s, x, p, K);
   }
 }
 
@@ -147,17 +184,22 @@ cublasHandle_t handle_for(int device, cudaStream_t s) {
 
 }  // namespace
 
+void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_type, const MatvecPart* parts, int n) {
+  HEARTH_CHECK(T >= 1 && T <= kMatvecRows && n >= 1 && n <= kMaxMatvecParts);
+  switch (w_type) {
+    case DType::kBF16: matvec_rows<__nv_bfloat16>(s, x, T, parts, n, K); break;
+    case DType::kF16: matvec_rows<__half>(s, x, T, parts, n, K); break;
+    default: matvec_rows<float>(s, x, T, parts, n, K); break;
+  }
+  HEARTH_CUDA_LAUNCHED("matvec");
+}
+
 void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y, void* scratch) {
   if (T == 0 || N == 0) return;
   if (T <= kMatvecRows) {
-    switch (w_type) {
-      case DType::kBF16: matvec_rows(s, x, T, static_cast<const __nv_bfloat16*>(w), bias, K, N, y); break;
-      case DType::kF16: matvec_rows(s, x, T, static_cast<const __half*>(w), bias, K, N, y); break;
-      default: matvec_rows(s, x, T, static_cast<const float*>(w), bias, K, N, y); break;
-    }
-    HEARTH_CUDA_LAUNCHED("matvec");
-    return;
+    const MatvecPart part{w, bias, y, N};
+    return matvec_group(s, x, T, K, w_type, &part, 1);
   }
   // Column-major view: y^T [N, T] = (w as K x N)^T . (x as K x T).
   std::lock_guard<std::mutex> lock(cublas_mutex());

@@ -1,0 +1,179 @@
+// Times the ops of one decode step on a GPU, each alone, as the decode graph runs them: R calls
+// of an op recorded as one device graph, replayed, the wall time per call taken between
+// synchronizations. Matrices rotate over copies that together exceed the GPU's L2, so each call
+// reads its weights from memory, as decode does. Shapes of a Llama-3-8B layer by default.
+// Usage: cuda_ops_bench [--rows T] [--context C] [--device N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device_memory.h"
+#include "core/ops.h"
+
+namespace hearth {
+namespace {
+
+constexpr int kCalls = 64;  // per recorded graph
+constexpr int kReplays = 7;
+
+Tensor filled(const Shape& shape, DType dtype, Device device, float value) {
+  Tensor host = Tensor::empty(shape, DType::kF32);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = value * static_cast<float>((i * 7919) % 97) / 97.0f;
+  return host.to(dtype).to_device(device);
+}
+
+// Microseconds per call of op(i), i = 0..kCalls-1: the median over replays of one recorded graph.
+double time_op(Context& ctx, const std::function<void(int)>& op) {
+  auto graph = ops::record_graph(ctx, [&] {
+    for (int i = 0; i < kCalls; ++i) op(i);
+  });
+  if (!graph) {
+    std::fprintf(stderr, "cuda_ops_bench: the device records no graphs\n");
+    std::exit(1);
+  }
+  std::vector<double> us;
+  for (int r = 0; r < kReplays + 1; ++r) {
+    ops::check_errors(ctx);  // waits for the device
+    const auto start = std::chrono::steady_clock::now();
+    graph->replay();
+    ops::check_errors(ctx);
+    const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
+    if (r > 0) us.push_back(took.count() / kCalls);  // the first replay uploads the graph
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+}  // namespace hearth
+
+int main(int argc, char** argv) {
+  using namespace hearth;
+  int64_t T = 1, context = 512;
+  int device_index = 0;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "cuda_ops_bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    if (a == "--rows") {
+      T = std::atoll(argv[i + 1]);
+    } else if (a == "--context") {
+      context = std::atoll(argv[i + 1]);
+    } else if (a == "--device") {
+      device_index = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "usage: cuda_ops_bench [--rows T] [--context C] [--device N]\n");
+      return 2;
+    }
+  }
+  if (device_count(DeviceType::kCuda) == 0) {
+    std::fprintf(stderr, "cuda_ops_bench: no CUDA device\n");
+    return 1;
+  }
+  const Device gpu{DeviceType::kCuda, device_index};
+  Context ctx{nullptr, gpu};
+  const int64_t D = 4096, F = 14336, Hq = 32, Hkv = 8, Dh = 128, V = 128256, block = 16;
+  std::printf("Llama-3-8B layer ops on %s, T=%lld rows, context %lld; us per call (%d calls per graph)\n",
+              gpu.str().c_str(), static_cast<long long>(T), static_cast<long long>(context), kCalls);
+
+  double step_us = 0;  // one decode step's estimate: 32 layers of the per-layer ops + the head
+  auto report = [&](const char* name, double us, double bytes, int per_step) {
+    step_us += us * per_step;
+    if (bytes > 0) {
+      std::printf("%-28s %9.2f us  %7.0f GB/s\n", name, us, bytes / us / 1e3);
+    } else {
+      std::printf("%-28s %9.2f us\n", name, us);
+    }
+  };
+
+  const Tensor x = filled({T, F}, DType::kF32, gpu, 1.0f);
+  // Matrices: enough copies that the rotation exceeds 50 MB of L2 several times. A group is
+  // several matrices of one x in one launch (ops::matmul_group), as q/k/v and gate/up run.
+  struct Mat {
+    const char* name;
+    std::vector<int64_t> N;
+    int64_t K;
+    int per_step;
+  };
+  const std::vector<Mat> mats = {
+      {"matvec q/o [4096, 4096]", {D}, D, 32},
+      {"matvec k/v [1024, 4096]", {Hkv * Dh}, D, 0},
+      {"matvec q+k+v group", {D, Hkv * Dh, Hkv * Dh}, D, 32},
+      {"matvec gate/up [14336, 4096]", {F}, D, 0},
+      {"matvec gate+up group", {F, F}, D, 32},
+      {"matvec down [4096, 14336]", {D}, F, 32},
+      {"matvec lm_head [128256, 4096]", {V}, D, 1},
+  };
+  for (const Mat& m : mats) {
+    double bytes = 0;
+    for (int64_t N : m.N) bytes += 2.0 * static_cast<double>(N * m.K);
+    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / bytes)));
+    std::vector<std::vector<Tensor>> w(static_cast<size_t>(copies));
+    std::vector<Tensor> ys;
+    for (int64_t N : m.N) ys.push_back(Tensor::empty({T, N}, DType::kF32, gpu));
+    for (auto& copy : w)
+      for (int64_t N : m.N) copy.push_back(filled({N, m.K}, DType::kBF16, gpu, 0.02f));
+    const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
+    const Tensor none;
+    report(m.name, time_op(ctx, [&](int i) {
+             std::vector<ops::MatmulPart> parts;
+             for (size_t j = 0; j < m.N.size(); ++j) parts.push_back({&w[static_cast<size_t>(i % copies)][j], &none, &ys[j]});
+             ops::matmul_group(ctx, xin, parts);
+           }),
+           bytes, m.per_step);
+  }
+
+  Tensor h = filled({T, D}, DType::kF32, gpu, 1.0f);
+  const Tensor norm_w = filled({D}, DType::kF32, gpu, 1.0f);
+  Tensor normed = Tensor::empty({T, D}, DType::kF32, gpu);
+  report("rms_norm [T, 4096]", time_op(ctx, [&](int) { ops::rms_norm(ctx, h, norm_w, 1e-5f, normed); }), 0, 65);
+  report("add [T, 4096]", time_op(ctx, [&](int) { ops::add(ctx, h, normed); }), 0, 64);
+
+  std::vector<int32_t> pos_host(static_cast<size_t>(T), static_cast<int32_t>(context));
+  const Tensor positions = Tensor::from_i32({T}, pos_host.data()).to_device(gpu);
+  const Tensor inv_freq = filled({Dh / 2}, DType::kF32, gpu, 0.5f);
+  Tensor q = filled({T, Hq, Dh}, DType::kF32, gpu, 1.0f), k = filled({T, Hkv, Dh}, DType::kF32, gpu, 1.0f);
+  report("rope q+k", time_op(ctx, [&](int) {
+           ops::rope(ctx, q, positions, inv_freq, 1.0f);
+           ops::rope(ctx, k, positions, inv_freq, 1.0f);
+         }),
+         0, 32);
+
+  // One sequence per row, each with `context` cached positions in its own blocks.
+  const int64_t blocks_per_seq = (context + 1 + block - 1) / block, n_blocks = T * blocks_per_seq;
+  ops::KvLayer cache{filled({n_blocks, block, Hkv, Dh}, DType::kF16, gpu, 1.0f),
+                     filled({n_blocks, block, Hkv, Dh}, DType::kF16, gpu, 1.0f)};
+  std::vector<int32_t> starts, lens, tables, slots;
+  for (int64_t s = 0; s <= T; ++s) starts.push_back(static_cast<int32_t>(s));
+  for (int64_t s = 0; s < T; ++s) {
+    lens.push_back(static_cast<int32_t>(context));
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables.push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    slots.push_back(static_cast<int32_t>(s * blocks_per_seq * block + context));
+  }
+  const Tensor slot_t = Tensor::from_i32({T}, slots.data()).to_device(gpu);
+  const Tensor v = filled({T, Hkv, Dh}, DType::kF32, gpu, 1.0f);
+  report("kv_write", time_op(ctx, [&](int) { ops::kv_write(ctx, k, v, slot_t, cache); }), 0, 32);
+  const ops::AttentionBatch batch{Tensor::from_i32({T + 1}, starts.data()).to_device(gpu),
+                                  Tensor::from_i32({T}, lens.data()).to_device(gpu),
+                                  Tensor::from_i32({T, blocks_per_seq}, tables.data()).to_device(gpu)};
+  Tensor attn = Tensor::empty({T, Hq, Dh}, DType::kF32, gpu);
+  const double kv_bytes = 2.0 * 2.0 * static_cast<double>(T * (context + 1) * Hkv * Dh);
+  report("attention", time_op(ctx, [&](int) { ops::attention(ctx, q, cache, batch, 0.088f, 0, attn); }), kv_bytes,
+         32);
+
+  Tensor gate = filled({T, F}, DType::kF32, gpu, 1.0f);
+  const Tensor up = filled({T, F}, DType::kF32, gpu, 1.0f);
+  Tensor act = Tensor::empty({T, F}, DType::kF32, gpu);
+  report("silu_mul [T, 14336]", time_op(ctx, [&](int) { ops::silu_mul(ctx, gate, up, act); }), 0, 32);
+
+  const double weight_bytes = 2.0 * (32.0 * (2 * D * D + 2 * Hkv * Dh * D + 3 * D * F) + static_cast<double>(V) * D);
+  std::printf("decode step estimate (32 layers + head): %.0f us = %.1f tok/s; weights %.2f GB -> %.0f GB/s\n",
+              step_us, 1e6 / step_us, weight_bytes / 1e9, weight_bytes / step_us / 1e3);
+  return 0;
+}
