@@ -1,12 +1,14 @@
 #include "formats/gguf_export.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
 #include <thread>
 
 #include "base/error.h"
@@ -273,19 +275,83 @@ std::optional<GgmlType> gguf_export_type(const std::string& name) {
 
 namespace {
 
+// Whether a SentencePiece-style tokenizer.json prepends U+2581 to the text (the legacy Llama
+// normalizer Sequence[Prepend, Replace], or a Metaspace pre-tokenizer that prepends); nullopt
+// when its normalizer and pre-tokenizer are not of those forms.
+std::optional<bool> sentencepiece_space_prefix(const json& tok) {
+  const std::string space = "\u2581";
+  const json none;
+  const json& norm = tok.contains("normalizer") ? tok["normalizer"] : none;
+  const json& pre = tok.contains("pre_tokenizer") ? tok["pre_tokenizer"] : none;
+  if (pre.is_object() && pre.value("type", "") == "Metaspace" && norm.is_null()) {
+    if (pre.value("replacement", space) != space || pre.value("split", false)) return std::nullopt;
+    return pre.value("prepend_scheme", std::string("always")) != "never";
+  }
+  if (!pre.is_null() || !norm.is_object()) return std::nullopt;
+  const json parts =
+      norm.value("type", "") == "Sequence" ? norm.value("normalizers", json::array()) : json::array({norm});
+  bool prefix = false, replace = false;
+  for (const json& n : parts) {
+    const std::string type = n.value("type", "");
+    if (type == "Prepend" && n.value("prepend", "") == space && !replace) {
+      prefix = true;
+    } else if (type == "Replace" && n.contains("pattern") && n["pattern"].value("String", "") == " " &&
+               n.value("content", "") == space) {
+      replace = true;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!replace) return std::nullopt;
+  return prefix;
+}
+
+// "<0x0A>": a byte-fallback piece.
+bool is_byte_piece(const std::string& t) {
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]));
+}
+
+// Scores that rank pieces as the merges do: the piece the merge of rank r makes first scores
+// -r; pieces no merge makes (single characters) score below every merged one, in vocabulary
+// order; control, byte and unused pieces 0, as SentencePiece gives them.
+std::vector<float> sentencepiece_scores(const std::vector<std::string>& tokens, const std::vector<int32_t>& types,
+                                        const std::vector<std::string>& merges) {
+  std::map<std::string, size_t> first_rank;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    std::string piece = merges[r];
+    piece.erase(piece.find(' '), 1);
+    first_rank.emplace(piece, r);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (types[i] != 1) continue;
+    auto it = first_rank.find(tokens[i]);
+    scores[i] = -static_cast<float>(it != first_rank.end() ? it->second : merges.size() + i);
+  }
+  return scores;
+}
+
 GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, const std::string& config_json) {
   const std::string tok_path = dir + "/tokenizer.json", cfg_path = dir + "/tokenizer_config.json";
   if (!std::filesystem::exists(tok_path)) throw FileError(dir, "no tokenizer.json (GGUF files carry the tokenizer)");
   const json tok = read_json(tok_path);
   const json cfg = std::filesystem::exists(cfg_path) ? read_json(cfg_path) : json::object();
   const json& model = tok.contains("model") ? tok["model"] : json();
-  if (!model.is_object() || model.value("type", "") != "BPE" || model.value("byte_fallback", false)) {
-    throw Unsupported(
-        tok_path + ": only byte-level BPE tokenizers are exported (tokenizer.ggml.model gpt2); this is " +
-        (model.is_object() ? printable(model.value("type", std::string("?"))) : std::string("?")) +
-        (model.is_object() && model.value("byte_fallback", false) ? " with byte fallback (SentencePiece)" : ""));
+  if (!model.is_object() || model.value("type", "") != "BPE") {
+    throw Unsupported(tok_path + ": only BPE tokenizers are exported (byte-level: tokenizer.ggml.model gpt2; " +
+                      "SentencePiece with byte fallback: llama); this is " +
+                      (model.is_object() ? printable(model.value("type", std::string("?"))) : std::string("?")));
   }
-  const std::string pre = pre_tokenizer_name(tok, tok_path);
+  // SentencePiece BPE (Llama 2, Mistral v0.1): byte fallback, spaces as U+2581.
+  const bool spm = model.value("byte_fallback", false);
+  const std::optional<bool> space_prefix = spm ? sentencepiece_space_prefix(tok) : std::nullopt;
+  if (spm && !space_prefix) {
+    throw Unsupported(tok_path +
+                      ": a byte-fallback BPE tokenizer whose normalizer and pre-tokenizer are not "
+                      "SentencePiece's (Prepend/Replace of U+2581, or Metaspace) is not exported");
+  }
+  const std::string pre = spm ? "" : pre_tokenizer_name(tok, tok_path);
   auto check_id = [&](int64_t id, const std::string& what) {
     if (id < 0 || id >= vocab_size) {
       throw FileError(tok_path, what + " has id " + std::to_string(id) + ", outside the model's vocab_size " +
@@ -295,10 +361,13 @@ GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, con
   };
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 0);
+  const std::string unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"] : "";
   for (const auto& [text, id] : model.at("vocab").items()) {
     const size_t i = check_id(id.get<int64_t>(), "token '" + printable(text) + "'");
     tokens[i] = text;
-    types[i] = 1;  // NORMAL
+    types[i] = 1;                                  // NORMAL
+    if (spm && text == unk) types[i] = 2;          // UNKNOWN
+    if (spm && is_byte_piece(text)) types[i] = 6;  // BYTE
   }
   std::map<std::string, int64_t> added;
   for (const json& t : tok.value("added_tokens", json::array())) {
@@ -320,11 +389,21 @@ GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, con
                                    : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
 
   GgufKeyValues kv;
-  set(kv, "tokenizer.ggml.model", "gpt2");
-  set(kv, "tokenizer.ggml.pre", pre);
-  set(kv, "tokenizer.ggml.tokens", tokens);
-  set(kv, "tokenizer.ggml.token_type", types);
-  set(kv, "tokenizer.ggml.merges", merges);
+  if (spm) {
+    // As llama.cpp's files of SentencePiece models: no merges, a score per piece (the order in
+    // which pieces merge; formats/gguf_tokenizer.cpp derives the merges back from them).
+    set(kv, "tokenizer.ggml.model", "llama");
+    set(kv, "tokenizer.ggml.tokens", tokens);
+    set(kv, "tokenizer.ggml.scores", sentencepiece_scores(tokens, types, merges));
+    set(kv, "tokenizer.ggml.token_type", types);
+    set(kv, "tokenizer.ggml.add_space_prefix", *space_prefix);
+  } else {
+    set(kv, "tokenizer.ggml.model", "gpt2");
+    set(kv, "tokenizer.ggml.pre", pre);
+    set(kv, "tokenizer.ggml.tokens", tokens);
+    set(kv, "tokenizer.ggml.token_type", types);
+    set(kv, "tokenizer.ggml.merges", merges);
+  }
   // Special ids as gguf-py's SpecialVocab finds them: tokenizer_config.json's token strings,
   // then config.json's *_token_id for the ones still missing.
   std::map<std::string, int64_t> ids;

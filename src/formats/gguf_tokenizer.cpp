@@ -1,6 +1,9 @@
 #include "formats/gguf_tokenizer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "base/error.h"
 #include "base/strings.h"
@@ -27,7 +30,72 @@ struct PreTokenizer {
   nlohmann::json normalizer;  // null when none
   bool ignore_merges = false;
   bool add_bos = false;  // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+  nlohmann::json decoder = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
 };
+
+// A SentencePiece vocabulary as transformers' GGUF loader (GGUFLlamaConverter, legacy Llama)
+// builds it: spaces become U+2581, one is prepended unless tokenizer.ggml.add_space_prefix is
+// false, no pre-tokenizer; decoding undoes both after byte fallback.
+PreTokenizer sentencepiece(const GgufMetadata& m) {
+  const bool prefix = m.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+  nlohmann::json normalizers = nlohmann::json::array();
+  if (prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
+  normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
+  nlohmann::json decoders = {{{"type", "ByteFallback"}},
+                             {{"type", "Fuse"}},
+                             {{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}}};
+  if (prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  return {nullptr,
+          {{"type", "Sequence"}, {"normalizers", normalizers}},
+          false,
+          true,
+          {{"type", "Sequence"}, {"decoders", decoders}}};
+}
+
+// The merges of a SentencePiece BPE vocabulary, which GGUF files do not store: every split of a
+// piece at a character boundary into two pieces of the vocabulary, ordered as transformers
+// orders them (GGUFTokenizerSkeleton): by the merged piece's score, highest first; the splits of
+// one piece by their parts' scores, highest first; ties in vocabulary order. Applying merges by
+// that rank is SentencePiece's rule: the pair whose merged piece scores highest goes first.
+nlohmann::json sentencepiece_merges(const std::string& path, const std::vector<std::string>& tokens,
+                                    const std::vector<float>& scores) {
+  std::unordered_map<std::string_view, float> score;  // the last score of a repeated token, as a dict keeps
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!std::isfinite(scores[i])) {
+      throw FileError(path, "tokenizer.ggml.scores[" + std::to_string(i) + "] is not a finite number");
+    }
+    score[tokens[i]] = scores[i];
+  }
+  struct Merge {
+    std::string_view left, right;
+    float score;
+  };
+  std::vector<Merge> merges;
+  std::unordered_map<std::string_view, bool> seen;
+  auto char_len = [](unsigned char lead) -> size_t {
+    return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+  };
+  for (const std::string& piece : tokens) {
+    if (!seen.emplace(piece, true).second) continue;
+    const float s = score.at(piece);
+    const size_t first = merges.size();
+    for (size_t k = char_len(static_cast<unsigned char>(piece[0])); k < piece.size();
+         k += char_len(static_cast<unsigned char>(piece[k]))) {
+      const std::string_view left(piece.data(), k), right(piece.data() + k, piece.size() - k);
+      if (score.count(left) != 0 && score.count(right) != 0) merges.push_back({left, right, s});
+    }
+    std::stable_sort(merges.begin() + static_cast<std::ptrdiff_t>(first), merges.end(),
+                     [&](const Merge& a, const Merge& b) {
+                       const float la = score.at(a.left), lb = score.at(b.left);
+                       return la != lb ? la > lb : score.at(a.right) > score.at(b.right);
+                     });
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  nlohmann::json out = nlohmann::json::array();
+  for (const Merge& mg : merges) out.push_back({std::string(mg.left), std::string(mg.right)});
+  return out;
+}
 
 nlohmann::json split_then_bytes(const char* regex, bool trim_offsets) {
   return {
@@ -96,15 +164,13 @@ const char* gguf_pre_tokenizer_regex(const std::string& pre) {
 GgufTokenizer gguf_tokenizer(const GgufFile& file) {
   const GgufMetadata& m = file.metadata();
   const std::string model = m.get_string("tokenizer.ggml.model");
-  if (model == "llama") {
-    throw Unsupported(file.path() + ": tokenizer.ggml.model 'llama' (a SentencePiece vocabulary) is not supported " +
-                      "yet; byte-level BPE ('gpt2') is");
-  }
-  if (model != "gpt2") {
+  if (model != "gpt2" && model != "llama") {
     throw Unsupported(file.path() + ": tokenizer.ggml.model '" + printable(model) +
-                      "' is not supported (byte-level BPE 'gpt2' is)");
+                      "' is not supported (byte-level BPE 'gpt2' and SentencePiece BPE 'llama' are)");
   }
-  const PreTokenizer pre = pre_tokenizer_for(file, m.get_string_or("tokenizer.ggml.pre", "gpt2"));
+  const bool spm = model == "llama";
+  const PreTokenizer pre =
+      spm ? sentencepiece(m) : pre_tokenizer_for(file, m.get_string_or("tokenizer.ggml.pre", "gpt2"));
   const std::vector<std::string> tokens = m.get_string_array("tokenizer.ggml.tokens");
   std::vector<int64_t> types = m.contains("tokenizer.ggml.token_type") ? m.get_int_array("tokenizer.ggml.token_type")
                                                                        : std::vector<int64_t>(tokens.size(), kNormal);
@@ -114,6 +180,9 @@ GgufTokenizer gguf_tokenizer(const GgufFile& file) {
   }
   nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
   for (size_t i = 0; i < tokens.size(); ++i) {
+    // A SentencePiece vocabulary keeps every piece in the model's vocabulary (control and
+    // user-defined ones too), as transformers builds it; the added tokens come on top.
+    if (spm && types[i] >= kNormal && types[i] <= kByte) vocab[tokens[i]] = i;
     switch (types[i]) {
       case kNormal:
       case kUnknown:
@@ -149,6 +218,17 @@ GgufTokenizer gguf_tokenizer(const GgufFile& file) {
       out.named_templates.emplace_back(key.substr(named.size()), m.get_string(key));
   }
 
+  nlohmann::json merges = nlohmann::json::array();
+  if (m.contains("tokenizer.ggml.merges")) {
+    merges = m.get_string_array("tokenizer.ggml.merges");
+  } else if (spm) {
+    const std::vector<float> scores = m.get_float_array("tokenizer.ggml.scores");
+    if (scores.size() != tokens.size()) {
+      throw FileError(file.path(), "tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " +
+                                       std::to_string(tokens.size()) + " tokens");
+    }
+    merges = sentencepiece_merges(file.path(), tokens, scores);
+  }
   nlohmann::json t;
   t["version"] = "1.0";
   t["truncation"] = nullptr;
@@ -157,18 +237,17 @@ GgufTokenizer gguf_tokenizer(const GgufFile& file) {
   t["normalizer"] = pre.normalizer;
   t["pre_tokenizer"] = pre.pre_tokenizer;
   t["post_processor"] = add_bos || add_eos ? affix_template(file, tokens, add_bos, add_eos) : nlohmann::json(nullptr);
-  t["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  t["decoder"] = pre.decoder;
   t["model"] = {{"type", "BPE"},
                 {"dropout", nullptr},
                 {"unk_token", out.unk_token.empty() ? nlohmann::json(nullptr) : nlohmann::json(out.unk_token)},
                 {"continuing_subword_prefix", nullptr},
                 {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
+                {"fuse_unk", spm},
+                {"byte_fallback", spm},
                 {"ignore_merges", pre.ignore_merges},
                 {"vocab", std::move(vocab)},
-                {"merges", m.contains("tokenizer.ggml.merges") ? m.get_string_array("tokenizer.ggml.merges")
-                                                               : std::vector<std::string>()}};
+                {"merges", std::move(merges)}};
   try {
     out.tokenizer_json = t.dump();
   } catch (const nlohmann::json::exception&) {  // a token or merge that is not UTF-8

@@ -1,7 +1,8 @@
 // The tokenizer a GGUF file carries in its metadata, as the Hugging Face files it was converted
 // from: tokenizer.json text (for Tokenizer::from_json) and the tokenizer_config.json fields.
-// Byte-level BPE vocabularies (tokenizer.ggml.model "gpt2": GPT-2, Llama 3, Qwen2/3) only;
-// SentencePiece ("llama") is refused. docs/gguf.md lists the mapping.
+// Byte-level BPE vocabularies (tokenizer.ggml.model "gpt2": GPT-2, Llama 3, Qwen2/3) and
+// SentencePiece BPE ("llama": Llama 2, Mistral v0.1; merges derived from the scores). docs/gguf.md
+// lists the mapping.
 #pragma once
 
 #include <optional>

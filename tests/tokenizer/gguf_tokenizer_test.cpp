@@ -64,7 +64,8 @@ TEST_P(GgufTokenizer, MatchesTheHuggingFaceTokenizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Real, GgufTokenizer,
-                         ::testing::Values(Vocab{"llama3_1", "llama-bpe", 128256}, Vocab{"qwen3", "qwen2", 151936}),
+                         ::testing::Values(Vocab{"llama3_1", "llama-bpe", 128256}, Vocab{"qwen3", "qwen2", 151936},
+                                           Vocab{"llama2", "", 32000}),
                          [](const auto& info) { return info.param.name; });
 
 // The tiny byte-level tokenizer of the CLI fixtures, as a GPT-2 style vocabulary.
@@ -100,8 +101,29 @@ TEST(GgufTokenizerErrors, UnsupportedAndMalformedVocabularies) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error([](auto& kv) { testing::set_kv(kv, "tokenizer.ggml.model", "llama"); },
-               "tokenizer.ggml.model 'llama' (a SentencePiece vocabulary) is not supported yet");
+  expect_error(
+      [](auto& kv) { testing::set_kv(kv, "tokenizer.ggml.model", "bert"); },
+      "tokenizer.ggml.model 'bert' is not supported (byte-level BPE 'gpt2' and SentencePiece BPE 'llama' are)");
+  // A SentencePiece vocabulary without merges needs a finite score per token to derive them.
+  auto sentencepiece = [](testing::GgufKv& kv) {
+    testing::set_kv(kv, "tokenizer.ggml.model", "llama");
+    testing::erase_kv(kv, "tokenizer.ggml.merges");
+  };
+  expect_error(sentencepiece, "missing metadata key 'tokenizer.ggml.scores'");
+  expect_error(
+      [&](auto& kv) {
+        sentencepiece(kv);
+        testing::set_kv(kv, "tokenizer.ggml.scores", std::vector<float>{0.0f, -1.0f});
+      },
+      "tokenizer.ggml.scores has 2 entries for 1000 tokens");
+  expect_error(
+      [&](auto& kv) {
+        sentencepiece(kv);
+        std::vector<float> scores(1000, -1.0f);
+        scores[7] = std::numeric_limits<float>::quiet_NaN();
+        testing::set_kv(kv, "tokenizer.ggml.scores", scores);
+      },
+      "tokenizer.ggml.scores[7] is not a finite number");
   expect_error([](auto& kv) { testing::set_kv(kv, "tokenizer.ggml.pre", "deepseek-llm"); },
                "tokenizer.ggml.pre 'deepseek-llm' is not supported");
   expect_error([](auto& kv) { testing::erase_kv(kv, "tokenizer.ggml.model"); },
