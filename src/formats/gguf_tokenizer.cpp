@@ -76,8 +76,12 @@ nlohmann::json sentencepiece_merges(const std::string& path, const std::vector<s
   auto char_len = [](unsigned char lead) -> size_t {
     return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
   };
+  // Splitting a piece costs its length squared (each split hashes both halves); real pieces are
+  // a few characters, so longer ones than this are taken as made by no merge, keeping a crafted
+  // file from stalling the load.
+  constexpr size_t kMaxSplitBytes = 1024;
   for (const std::string& piece : tokens) {
-    if (!seen.emplace(piece, true).second) continue;
+    if (!seen.emplace(piece, true).second || piece.size() > kMaxSplitBytes) continue;
     const float s = score.at(piece);
     const size_t first = merges.size();
     for (size_t k = char_len(static_cast<unsigned char>(piece[0])); k < piece.size();
