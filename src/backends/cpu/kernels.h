@@ -7,6 +7,7 @@
 
 #include "backends/cpu/isa.h"
 #include "base/thread_pool.h"
+#include "core/attention_args.h"
 #include "core/dtype.h"
 
 namespace hearth::cpu {
@@ -58,21 +59,7 @@ struct ReadBandwidth {
 };
 ReadBandwidth read_bandwidth(Isa isa, ThreadPool* pool, size_t n_bytes, int passes);
 
-struct AttentionArgs {
-  const float* q;  // [T, Hq, Dh]
-  float* out;      // [T, Hq, Dh]
-  int64_t T, Hq, Hkv, Dh;
-  const void* k_cache;  // [n_blocks, block_size, Hkv, Dh] of kv_dtype
-  const void* v_cache;
-  DType kv_dtype;  // f32, f16 or bf16
-  int64_t block_size;
-  const int32_t* seq_starts;    // [S + 1]
-  const int32_t* context_lens;  // [S]
-  const int32_t* block_tables;  // [S, max_blocks]
-  int64_t n_seqs, max_blocks;
-  float scale;
-  int32_t window;  // <= 0: none
-};
+using AttentionArgs = hearth::AttentionArgs;  // core/attention_args.h
 void attention(Isa isa, ThreadPool* pool, const AttentionArgs& args);
 
 // src: [n] f32 -> dst: [n] of `to` (f32, f16 or bf16), rounded to nearest even.

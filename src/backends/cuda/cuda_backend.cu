@@ -146,24 +146,7 @@ class CudaBackend final : public Backend {
 
   void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
                  float scale, int32_t window, Tensor& out) override {
-    AttentionArgs a{};
-    a.q = q.data<float>();
-    a.out = out.data<float>();
-    a.T = q.dim(0);
-    a.Hq = q.dim(1);
-    a.Hkv = cache.k.dim(2);
-    a.Dh = q.dim(2);
-    a.k_cache = cache.k.raw();
-    a.v_cache = cache.v.raw();
-    a.kv_dtype = cache.k.dtype();
-    a.block_size = cache.k.dim(1);
-    a.seq_starts = batch.seq_starts.data<int32_t>();
-    a.context_lens = batch.context_lens.data<int32_t>();
-    a.block_tables = batch.block_tables.data<int32_t>();
-    a.n_seqs = batch.context_lens.dim(0);
-    a.max_blocks = batch.block_tables.dim(1);
-    a.scale = scale;
-    a.window = window;
+    const AttentionArgs a = attention_args(q, cache, batch, scale, window, out);
     if (a.Dh > 256) throw Unsupported("attention: head dim " + std::to_string(a.Dh) + " over 256 on CUDA");
     Tensor scratch;
     if (const int64_t bytes = attention_scratch_bytes(a.T, a.Hq, a.Dh); bytes > 0)

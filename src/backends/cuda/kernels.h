@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/attention_args.h"
 #include "core/dtype.h"
 #include "core/ggml_blocks.h"
 
@@ -99,21 +100,7 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
                  void* scratch);
 void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
 
-struct AttentionArgs {
-  const float* q;  // [T, Hq, Dh]
-  float* out;      // [T, Hq, Dh]
-  int64_t T, Hq, Hkv, Dh;
-  const void* k_cache;  // [n_blocks, block_size, Hkv, Dh] of kv_dtype
-  const void* v_cache;
-  DType kv_dtype;
-  int64_t block_size;
-  const int32_t* seq_starts;    // [S + 1]
-  const int32_t* context_lens;  // [S]
-  const int32_t* block_tables;  // [S, max_blocks]
-  int64_t n_seqs, max_blocks;
-  float scale;
-  int32_t window;  // <= 0: none
-};
+using AttentionArgs = hearth::AttentionArgs;  // core/attention_args.h
 // Varlen paged attention with GQA (core/ops.h), Dh <= 256. scratch: attention_scratch_bytes.
 void attention(cudaStream_t s, const AttentionArgs& args, void* scratch);
 int64_t attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Dh);
