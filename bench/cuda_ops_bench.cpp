@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/device_memory.h"
 #include "core/ops.h"
+#include "core/quant.h"
 
 namespace hearth {
 namespace {
@@ -126,6 +128,20 @@ int main(int argc, char** argv) {
              for (size_t j = 0; j < m.N.size(); ++j) parts.push_back({&w[static_cast<size_t>(i % copies)][j], &none, &ys[j]});
              ops::matmul_group(ctx, xin, parts);
            }),
+           bytes, m.per_step);
+  }
+
+  // MLX affine 4-bit, groups of 64, bf16 scales and biases (mlx-community's 4-bit models).
+  for (const Mat& m : {Mat{"q4 matvec q/o [4096, 4096]", {D}, D, 0}, Mat{"q4 matvec gate/up [14336, 4096]", {F}, D, 0},
+                       Mat{"q4 matvec down [4096, 14336]", {D}, F, 0}}) {
+    const QuantizedMatrix host = affine_quantize(filled({m.N[0], m.K}, DType::kBF16, kCpu, 0.02f), {4, 64}, DType::kBF16);
+    const double bytes = static_cast<double>(host.nbytes());
+    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / bytes)));
+    std::vector<QuantizedMatrix> w;
+    for (int c = 0; c < copies; ++c) w.push_back(backend_for(gpu).prepare(host, gpu));
+    const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
+    Tensor y = Tensor::empty({T, m.N[0]}, DType::kF32, gpu);
+    report(m.name, time_op(ctx, [&](int i) { ops::quantized_matmul(ctx, xin, w[static_cast<size_t>(i % copies)], {}, y); }),
            bytes, m.per_step);
   }
 

@@ -9,7 +9,8 @@
 // V sum in registers, lane i holding dims i, i + 32, ...); the warps' states are merged at the
 // end. K and V rows are read whole by a warp, so each load is coalesced.
 //
-// Prefill rows (T > kMatvecRows) take all their positions in one block of 16 warps. Decode rows
+// Prefill rows (T > kMatvecRows) go in tiles of 16 rows (below) for head dims up to 128, else
+// take all their positions in one block of 16 warps. Decode rows
 // split them (flash-decoding): kSplits (64) blocks of 4 warps per (row, head), each over its
 // part of the row's positions, sized on the device from the row's context (so a recorded graph
 // serves any context), write their unnormalized state to scratch; a second kernel merges them.
@@ -145,6 +146,137 @@ __global__ void attention_kernel(AttentionArgs a) {
   for (int64_t d = threadIdx.x; d < a.Dh; d += kPrefillWarps * 32) out[d] = acc[d] / l;
 }
 
+// Prefill rows in tiles (flash attention on CUDA cores): a block of kTileWarps warps takes
+// kTileRows consecutive query rows and one head, and walks their keys in chunks of 32 staged in
+// shared memory (widened to f32), so each K/V row is read from memory once per tile instead of
+// once per query row. Lane j of a warp scores key j of the chunk against the warp's rows (K's
+// shared rows padded by one float, so the lanes' reads fall in different banks); each row keeps
+// an online softmax (m, l replicated over the lanes) and its weighted V sum with lane i holding
+// dims i, i + 32, ... The rows of a tile may belong to several sequences (a flat batch): the
+// tile is taken one sequence's run of rows at a time.
+constexpr int kTileWarps = 4, kRowsPerWarp = 4, kTileRows = kTileWarps * kRowsPerWarp, kChunk = 32;
+constexpr int kTileMaxDh = 128;
+
+template <typename T>
+__global__ void attention_tile_kernel(AttentionArgs a) {
+  const int64_t h = blockIdx.y, t0 = blockIdx.x * static_cast<int64_t>(kTileRows);
+  const int64_t t_end = min(a.T, t0 + kTileRows);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t kv_head = h / (a.Hq / a.Hkv), Dh = a.Dh;
+  const T* k_cache = static_cast<const T*>(a.k_cache);
+  const T* v_cache = static_cast<const T*>(a.v_cache);
+  __shared__ float qs[kTileRows][kTileMaxDh];
+  __shared__ float ks[kChunk][kTileMaxDh + 1];
+  __shared__ float vs[kChunk][kTileMaxDh];
+  __shared__ float ps[kTileWarps][kRowsPerWarp][kChunk];
+  for (int64_t e = threadIdx.x; e < (t_end - t0) * Dh; e += blockDim.x) {
+    const int64_t r = e / Dh, d = e % Dh;
+    qs[r][d] = a.q[((t0 + r) * a.Hq + h) * Dh + d] * a.scale;
+  }
+  const int dims = static_cast<int>((Dh - lane + 31) / 32);  // this lane's dims: lane + 32 i
+  for (int64_t seg = t0; seg < t_end;) {
+    const RowPlace first = place_of(a, seg);
+    const int64_t seg_end = min(t_end, static_cast<int64_t>(a.seq_starts[first.seq + 1]));
+    // The warp's rows r = warp * kRowsPerWarp + i of the tile, those in this run; row r's cache
+    // index is first.c + (t0 + r - seg).
+    float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kMaxDimsPerLane / 2];
+    int64_t c[kRowsPerWarp], lo[kRowsPerWarp];
+    bool live[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t t = t0 + warp * kRowsPerWarp + i;
+      live[i] = t >= seg && t < seg_end;
+      c[i] = first.c + (t - seg);
+      lo[i] = a.window > 0 ? max(int64_t{0}, c[i] - a.window + 1) : 0;
+      m[i] = -INFINITY;
+      l[i] = 0.0f;
+#pragma unroll
+      for (int d = 0; d < kMaxDimsPerLane / 2; ++d) acc[i][d] = 0.0f;
+    }
+    const int64_t last_c = first.c + (seg_end - 1 - seg);  // the run's last row sees the most
+    auto cache_row = [&](int64_t j) {
+      const int64_t b = a.block_tables[first.seq * a.max_blocks + j / a.block_size];
+      return ((b * a.block_size + j % a.block_size) * a.Hkv + kv_head) * Dh;
+    };
+    constexpr int kKeysPerWarp = kChunk / kTileWarps;
+    for (int64_t j0 = first.lo; j0 <= last_c; j0 += kChunk) {
+      // Warp w stages keys j0 + 8w ... j0 + 8w + 7, lane i their dims i, i + 32, ...: the block
+      // table reads first, then every K and V load of the warp in flight together.
+      int64_t rows[kKeysPerWarp];
+#pragma unroll
+      for (int u = 0; u < kKeysPerWarp; ++u) {
+        const int64_t j = j0 + warp * kKeysPerWarp + u;
+        rows[u] = j <= last_c ? cache_row(j) : -1;
+      }
+      float kr[kKeysPerWarp][kTileMaxDh / 32], vr[kKeysPerWarp][kTileMaxDh / 32];
+#pragma unroll
+      for (int u = 0; u < kKeysPerWarp; ++u) {
+#pragma unroll
+        for (int d = 0; d < kTileMaxDh / 32; ++d) {
+          const bool there = rows[u] >= 0 && d < dims;
+          kr[u][d] = there ? widen(k_cache[rows[u] + lane + 32 * d]) : 0.0f;
+          vr[u][d] = there ? widen(v_cache[rows[u] + lane + 32 * d]) : 0.0f;
+        }
+      }
+      __syncthreads();  // the previous chunk's K/V are no longer read
+#pragma unroll
+      for (int u = 0; u < kKeysPerWarp; ++u) {
+#pragma unroll
+        for (int d = 0; d < kTileMaxDh / 32; ++d) {
+          if (d < dims) {
+            ks[warp * kKeysPerWarp + u][lane + 32 * d] = kr[u][d];
+            vs[warp * kKeysPerWarp + u][lane + 32 * d] = vr[u][d];
+          }
+        }
+      }
+      __syncthreads();
+      // Lane j scores key j0 + j against the warp's rows, the rows' sums interleaved.
+      const int64_t j = j0 + lane;
+      float dot[kRowsPerWarp] = {};
+      for (int64_t d = 0; d < Dh; ++d) {
+        const float kd = ks[lane][d];
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) dot[i] += qs[warp * kRowsPerWarp + i][d] * kd;
+      }
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const bool valid = live[i] && j >= lo[i] && j <= c[i];
+        const float s = valid ? dot[i] : -INFINITY;
+        const float m_new = fmaxf(m[i], warp_max(s));
+        const float keep = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
+        const float p = valid ? expf(s - m_new) : 0.0f;
+        l[i] = l[i] * keep + warp_sum(p);
+#pragma unroll
+        for (int d = 0; d < kMaxDimsPerLane / 2; ++d) acc[i][d] *= keep;
+        m[i] = m_new;
+        ps[warp][i][lane] = p;
+      }
+      __syncwarp();
+      for (int key = 0; key < kChunk; ++key) {
+#pragma unroll
+        for (int d = 0; d < kMaxDimsPerLane / 2; ++d) {
+          if (d < dims) {
+            const float v = vs[key][lane + 32 * d];
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) acc[i][d] += ps[warp][i][key] * v;
+          }
+        }
+      }
+      __syncwarp();  // ps is rewritten by the next chunk
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      if (!live[i]) continue;
+      float* out = a.out + ((t0 + warp * kRowsPerWarp + i) * a.Hq + h) * Dh;
+#pragma unroll
+      for (int d = 0; d < kMaxDimsPerLane / 2; ++d) {
+        if (d < dims) out[lane + 32 * d] = acc[i][d] / l[i];
+      }
+    }
+    seg = seg_end;
+  }
+}
+
 // Split z of row t, head h: positions [lo + z * chunk, lo + (z + 1) * chunk) of the row's n =
 // c - lo + 1, chunk = ceil(n / kSplits) rounded up to whole rounds of the block's warps.
 // partial: [T, Hq, kSplits, Dh] unnormalized sums; stats: [T, Hq, kSplits] (M, L).
@@ -207,6 +339,11 @@ __global__ void attention_merge_kernel(const float* partial, const float2* stats
 
 template <typename T>
 void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
+  if (a.T > kMatvecRows && a.Dh <= kTileMaxDh) {
+    const dim3 grid(static_cast<unsigned>((a.T + kTileRows - 1) / kTileRows), static_cast<unsigned>(a.Hq));
+    attention_tile_kernel<T><<<grid, kTileWarps * 32, 0, s>>>(a);
+    return;
+  }
   if (a.T > kMatvecRows) {
     attention_kernel<T><<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), kPrefillWarps * 32, 0, s>>>(a);
     return;

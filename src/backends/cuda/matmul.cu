@@ -68,13 +68,13 @@ __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
 }
 
 // The same with 16-byte loads: lane i reads 16 bytes of the row at a time (8 bf16/f16 or 4 f32),
-// eight loads in flight, so a warp moves 4 KiB per round trip to memory (with four, 2 KiB, the
-// long rows of a down projection read at 3.1 TB/s of the H200's 4.3). Needs K * sizeof(W)
+// four loads in flight, so a warp moves 2 KiB per round trip to memory. (Eight in flight read
+// slower on the H200: 2.5-2.7 TB/s instead of 3.0-3.1 for the 4096-row matrices.) Needs K * sizeof(W)
 // and the rows' start a multiple of 16 bytes, and x 16-byte aligned.
 template <typename W, int kT>
 __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
   constexpr int kPer = 16 / sizeof(W);  // elements per 16-byte load
-  constexpr int kUnroll = 8;
+  constexpr int kUnroll = 4;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= p.first[p.n]) return;
