@@ -379,17 +379,6 @@ TEST(CudaOps, AttentionMatchesTheScalarReference) {
     }
 }
 
-cpu::AffineMatrix cpu_view(const QuantizedMatrix& q) {
-  return {q.packed.data<uint32_t>(),
-          q.scales.raw(),
-          q.biases.defined() ? q.biases.raw() : nullptr,
-          q.scales.dtype(),
-          q.spec.bits,
-          q.spec.group_size,
-          q.rows,
-          q.cols};
-}
-
 QuantizedMatrix on_gpu(QuantizedMatrix q) {
   for (Tensor* t : {&q.packed, &q.scales, &q.biases}) {
     if (t->defined()) *t = t->to_device(kGpu);
@@ -418,7 +407,7 @@ TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
           for (int64_t T : {1, 5, 6, 7, 8, 9, 33}) {
             const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
             std::vector<float> want(size_t(T * N));
-            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_view(q), bias.data(), want.data());
+            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, affine_args(q), bias.data(), want.data());
             Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
             ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
             const std::vector<float> got = to_host<float>(y);
@@ -453,7 +442,7 @@ TEST(CudaOps, QuantizedEmbeddingDequantizesRowsExactly) {
       QuantizedMatrix q = affine_quantize(Tensor::from_f32({V, D}, wf.data()), QuantSpec{bits, 64}, DType::kBF16);
       if (symmetric) q.biases = Tensor();
       std::vector<float> want(ids.size() * size_t(D));
-      cpu::affine_rows(cpu_view(q), ids.data(), int64_t(ids.size()), want.data());
+      cpu::affine_rows(affine_args(q), ids.data(), int64_t(ids.size()), want.data());
       Tensor out = Tensor::empty({int64_t(ids.size()), D}, DType::kF32, kGpu);
       ops::quantized_embedding(ctx, on_gpu(q), on_gpu_i32({int64_t(ids.size())}, ids), out);
       EXPECT_EQ(to_host<float>(out), want) << bits << "-bit" << (symmetric ? " symmetric" : "");

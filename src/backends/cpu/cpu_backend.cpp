@@ -33,18 +33,6 @@ class CpuBackend final : public Backend {
                 bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
   }
 
-  static cpu::AffineMatrix affine(const QuantizedMatrix& w) {
-    return {static_cast<const uint32_t*>(w.packed.raw()),
-            w.scales.raw(),
-            w.biases.defined() ? w.biases.raw() : nullptr,
-            w.scales.dtype(),
-            w.spec.bits,
-            w.spec.group_size,
-            w.rows,
-            w.cols,
-            w.layout == AffineLayout::kPanels16};
-  }
-
   // 4- and 8-bit affine matrices become 16-row panels where the int8 dot-product kernels run.
   QuantizedMatrix prepare(const QuantizedMatrix& w, Device) override {
     const bool panels_pay = !w.is_ggml() && w.layout == AffineLayout::kRows && (w.spec.bits == 4 || w.spec.bits == 8) &&
@@ -62,7 +50,7 @@ class CpuBackend final : public Backend {
     if (w.is_ggml()) {
       cpu::ggml_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), ggml(w), b, y.data<float>());
     } else {
-      cpu::affine_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), affine(w), b, y.data<float>());
+      cpu::affine_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), affine_args(w), b, y.data<float>());
     }
   }
 
@@ -70,7 +58,7 @@ class CpuBackend final : public Backend {
     if (table.is_ggml()) {
       cpu::ggml_rows(ggml(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
     } else {
-      cpu::affine_rows(affine(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
+      cpu::affine_rows(affine_args(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
     }
   }
 

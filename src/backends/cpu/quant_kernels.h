@@ -5,6 +5,7 @@
 
 #include "backends/cpu/isa.h"
 #include "base/thread_pool.h"
+#include "core/affine_args.h"
 #include "core/dtype.h"
 
 namespace hearth::cpu {
@@ -14,16 +15,7 @@ namespace hearth::cpu {
 // (GGUF Q4_0/Q8_0 as loaded).
 // panels: AffineLayout::kPanels16 (core/quant.h): packed is then the panels' bytes and
 // scales/biases [ceil(N / 16), groups, 16].
-struct AffineMatrix {
-  const uint32_t* packed;
-  const void* scales;
-  const void* biases;
-  DType scale_type;
-  int bits;
-  int group_size;
-  int64_t N, K;
-  bool panels = false;
-};
+using AffineMatrix = hearth::AffineArgs;  // core/affine_args.h
 
 // x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias. 4- and 8-bit rows
 // have AVX-512 paths (decode: unpack in registers; prefill: dequantized tiles through the f32

@@ -74,17 +74,6 @@ class CudaBackend final : public Backend {
                        static_cast<int>(parts.size()));
   }
 
-  static QuantArgs affine(const QuantizedMatrix& w) {
-    return {w.packed.data<uint32_t>(),
-            w.scales.raw(),
-            w.biases.defined() ? w.biases.raw() : nullptr,
-            w.scales.dtype(),
-            w.spec.bits,
-            w.spec.group_size,
-            w.rows,
-            w.cols};
-  }
-
   static GgmlArgs ggml(const QuantizedMatrix& w, const char* op) {
     if (!ggml_has_kernels(w.ggml_type))
       no_kernel((std::string(op) + " of " + std::string(ggml_type_name(w.ggml_type)) + " blocks").c_str());
@@ -103,7 +92,7 @@ class CudaBackend final : public Backend {
       cuda::ggml_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, ggml(w, "quantized_matmul"), b,
                         y.data<float>(), scratch_p);
     } else {
-      cuda::quantized_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, affine(w), b,
+      cuda::quantized_matmul(use_device(ctx.device), ctx.device.index, x.data<float>(), T, affine_args(w), b,
                              y.data<float>(), scratch_p);
     }
   }
@@ -113,8 +102,8 @@ class CudaBackend final : public Backend {
       cuda::ggml_rows(use_device(ctx.device), ggml(table, "quantized_embedding"), ids.data<int32_t>(), ids.dim(0),
                       out.data<float>(), errors(ctx.device));
     } else {
-      cuda::quantized_rows(use_device(ctx.device), affine(table), ids.data<int32_t>(), ids.dim(0), out.data<float>(),
-                           errors(ctx.device));
+      cuda::quantized_rows(use_device(ctx.device), affine_args(table), ids.data<int32_t>(), ids.dim(0),
+                           out.data<float>(), errors(ctx.device));
     }
   }
 

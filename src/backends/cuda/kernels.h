@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/affine_args.h"
 #include "core/attention_args.h"
 #include "core/dtype.h"
 #include "core/ggml_blocks.h"
@@ -71,14 +72,7 @@ inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > kMatvecRo
 
 // An MLX affine quantized [N, K] matrix in rows layout (core/quant.h); biases null for
 // symmetric codes.
-struct QuantArgs {
-  const uint32_t* packed;  // [N, K * bits / 32]
-  const void* scales;      // [N, K / group_size] of scale_type
-  const void* biases;
-  DType scale_type;
-  int bits, group_size;
-  int64_t N, K;
-};
+using QuantArgs = hearth::AffineArgs;  // core/affine_args.h (rows layout on the GPU)
 // y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_scratch_bytes(T, N, K) bytes.
 void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
                       float* y, void* scratch);
