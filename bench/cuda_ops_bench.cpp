@@ -84,19 +84,23 @@ int main(int argc, char** argv) {
   std::printf("Llama-3-8B layer ops on %s, T=%lld rows, context %lld; us per call (%d calls per graph)\n",
               gpu.str().c_str(), static_cast<long long>(T), static_cast<long long>(context), kCalls);
 
-  double step_us = 0;  // one decode step's estimate: 32 layers of the per-layer ops + the head
-  auto report = [&](const char* name, double us, double bytes, int per_step) {
-    step_us += us * per_step;
+  // One decode step's estimate per weight format: 32 layers of the per-layer ops + the head.
+  const char* formats[] = {"bf16", "q4", "q8"};
+  double matmul_us[3] = {0, 0, 0}, step_us = 0;
+  auto report = [&](const std::string& name, double us, double bytes, int per_step, double* sum) {
+    *sum += us * per_step;
     if (bytes > 0) {
-      std::printf("%-28s %9.2f us  %7.0f GB/s\n", name, us, bytes / us / 1e3);
+      std::printf("%-34s %9.2f us  %7.0f GB/s\n", name.c_str(), us, bytes / us / 1e3);
     } else {
-      std::printf("%-28s %9.2f us\n", name, us);
+      std::printf("%-34s %9.2f us\n", name.c_str(), us);
     }
   };
 
   const Tensor x = filled({T, F}, DType::kF32, gpu, 1.0f);
   // Matrices: enough copies that the rotation exceeds 50 MB of L2 several times. A group is
   // several matrices of one x in one launch (ops::matmul_group), as q/k/v and gate/up run.
+  // Formats: bf16; MLX affine 4 and 8 bits, groups of 64, bf16 scales and biases
+  // (mlx-community's quantized models).
   struct Mat {
     const char* name;
     std::vector<int64_t> N;
@@ -112,44 +116,65 @@ int main(int argc, char** argv) {
       {"matvec down [4096, 14336]", {D}, F, 32},
       {"matvec lm_head [128256, 4096]", {V}, D, 1},
   };
-  for (const Mat& m : mats) {
-    double bytes = 0;
-    for (int64_t N : m.N) bytes += 2.0 * static_cast<double>(N * m.K);
-    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / bytes)));
-    std::vector<std::vector<Tensor>> w(static_cast<size_t>(copies));
-    std::vector<Tensor> ys;
-    for (int64_t N : m.N) ys.push_back(Tensor::empty({T, N}, DType::kF32, gpu));
-    for (auto& copy : w)
-      for (int64_t N : m.N) copy.push_back(filled({N, m.K}, DType::kBF16, gpu, 0.02f));
-    const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
-    const Tensor none;
-    report(m.name, time_op(ctx, [&](int i) {
-             std::vector<ops::MatmulPart> parts;
-             for (size_t j = 0; j < m.N.size(); ++j) parts.push_back({&w[static_cast<size_t>(i % copies)][j], &none, &ys[j]});
-             ops::matmul_group(ctx, xin, parts);
-           }),
-           bytes, m.per_step);
+  for (int f = 0; f < 3; ++f) {
+    for (const Mat& m : mats) {
+      // The matrix of each size once on the host, then `copies` device copies of it.
+      std::vector<Tensor> dense;
+      std::vector<QuantizedMatrix> quant;
+      double bytes = 0;
+      for (int64_t N : m.N) {
+        const Tensor host = filled({N, m.K}, DType::kBF16, kCpu, 0.02f);
+        if (f == 0) {
+          dense.push_back(host);
+          bytes += static_cast<double>(host.nbytes());
+        } else {
+          quant.push_back(affine_quantize(host, {f == 1 ? 4 : 8, 64}, DType::kBF16));
+          bytes += static_cast<double>(quant.back().nbytes());
+        }
+      }
+      const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / bytes)));
+      std::vector<std::vector<Tensor>> dw(static_cast<size_t>(copies));
+      std::vector<std::vector<QuantizedMatrix>> qw(static_cast<size_t>(copies));
+      for (int c = 0; c < copies; ++c) {
+        for (const Tensor& t : dense) dw[static_cast<size_t>(c)].push_back(t.to_device(gpu));
+        for (const QuantizedMatrix& q : quant) qw[static_cast<size_t>(c)].push_back(backend_for(gpu).prepare(q, gpu));
+      }
+      std::vector<Tensor> ys;
+      for (int64_t N : m.N) ys.push_back(Tensor::empty({T, N}, DType::kF32, gpu));
+      const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
+      const Tensor none;
+      report(std::string(formats[f]) + " " + m.name, time_op(ctx, [&](int i) {
+               const size_t c = static_cast<size_t>(i % copies);
+               std::vector<ops::MatmulPart> parts;
+               for (size_t j = 0; j < m.N.size(); ++j) {
+                 if (f == 0) {
+                   parts.push_back({&dw[c][j], &none, &ys[j]});
+                 } else {
+                   parts.push_back({nullptr, &none, &ys[j], &qw[c][j]});
+                 }
+               }
+               ops::matmul_group(ctx, xin, parts);
+             }),
+             bytes, m.per_step, &matmul_us[f]);
+    }
   }
 
-  // MLX affine 4-bit, groups of 64, bf16 scales and biases (mlx-community's 4-bit models).
-  for (const Mat& m : {Mat{"q4 matvec q/o [4096, 4096]", {D}, D, 0}, Mat{"q4 matvec gate/up [14336, 4096]", {F}, D, 0},
-                       Mat{"q4 matvec down [4096, 14336]", {D}, F, 0}}) {
-    const QuantizedMatrix host = affine_quantize(filled({m.N[0], m.K}, DType::kBF16, kCpu, 0.02f), {4, 64}, DType::kBF16);
-    const double bytes = static_cast<double>(host.nbytes());
-    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / bytes)));
-    std::vector<QuantizedMatrix> w;
-    for (int c = 0; c < copies; ++c) w.push_back(backend_for(gpu).prepare(host, gpu));
-    const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
-    Tensor y = Tensor::empty({T, m.N[0]}, DType::kF32, gpu);
-    report(m.name, time_op(ctx, [&](int i) { ops::quantized_matmul(ctx, xin, w[static_cast<size_t>(i % copies)], {}, y); }),
-           bytes, m.per_step);
+  // Prefill's matmul: cuBLAS bf16 GEMM (x rounded to bf16 first, as ops::matmul does for 2048
+  // rows), the rate pp2048 is measured against.
+  {
+    const int64_t P = 2048;
+    const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f), w = filled({F, D}, DType::kBF16, gpu, 0.02f);
+    Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
+    const double us = time_op(ctx, [&](int) { ops::matmul(ctx, xp, w, {}, yp); });
+    std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", "gemm bf16 [2048, 4096] x [14336, 4096]", us,
+                2.0 * P * D * F / us / 1e6);
   }
 
   Tensor h = filled({T, D}, DType::kF32, gpu, 1.0f);
   const Tensor norm_w = filled({D}, DType::kF32, gpu, 1.0f);
   Tensor normed = Tensor::empty({T, D}, DType::kF32, gpu);
-  report("rms_norm [T, 4096]", time_op(ctx, [&](int) { ops::rms_norm(ctx, h, norm_w, 1e-5f, normed); }), 0, 65);
-  report("add [T, 4096]", time_op(ctx, [&](int) { ops::add(ctx, h, normed); }), 0, 64);
+  report("rms_norm [T, 4096]", time_op(ctx, [&](int) { ops::rms_norm(ctx, h, norm_w, 1e-5f, normed); }), 0, 65, &step_us);
+  report("add [T, 4096]", time_op(ctx, [&](int) { ops::add(ctx, h, normed); }), 0, 64, &step_us);
 
   std::vector<int32_t> pos_host(static_cast<size_t>(T), static_cast<int32_t>(context));
   const Tensor positions = Tensor::from_i32({T}, pos_host.data()).to_device(gpu);
@@ -159,7 +184,7 @@ int main(int argc, char** argv) {
            ops::rope(ctx, q, positions, inv_freq, 1.0f);
            ops::rope(ctx, k, positions, inv_freq, 1.0f);
          }),
-         0, 32);
+         0, 32, &step_us);
 
   // One sequence per row, each with `context` cached positions in its own blocks.
   const int64_t blocks_per_seq = (context + 1 + block - 1) / block, n_blocks = T * blocks_per_seq;
@@ -174,22 +199,27 @@ int main(int argc, char** argv) {
   }
   const Tensor slot_t = Tensor::from_i32({T}, slots.data()).to_device(gpu);
   const Tensor v = filled({T, Hkv, Dh}, DType::kF32, gpu, 1.0f);
-  report("kv_write", time_op(ctx, [&](int) { ops::kv_write(ctx, k, v, slot_t, cache); }), 0, 32);
+  report("kv_write", time_op(ctx, [&](int) { ops::kv_write(ctx, k, v, slot_t, cache); }), 0, 32, &step_us);
   const ops::AttentionBatch batch{Tensor::from_i32({T + 1}, starts.data()).to_device(gpu),
                                   Tensor::from_i32({T}, lens.data()).to_device(gpu),
                                   Tensor::from_i32({T, blocks_per_seq}, tables.data()).to_device(gpu)};
   Tensor attn = Tensor::empty({T, Hq, Dh}, DType::kF32, gpu);
   const double kv_bytes = 2.0 * 2.0 * static_cast<double>(T * (context + 1) * Hkv * Dh);
   report("attention", time_op(ctx, [&](int) { ops::attention(ctx, q, cache, batch, 0.088f, 0, attn); }), kv_bytes,
-         32);
+         32, &step_us);
 
   Tensor gate = filled({T, F}, DType::kF32, gpu, 1.0f);
   const Tensor up = filled({T, F}, DType::kF32, gpu, 1.0f);
   Tensor act = Tensor::empty({T, F}, DType::kF32, gpu);
-  report("silu_mul [T, 14336]", time_op(ctx, [&](int) { ops::silu_mul(ctx, gate, up, act); }), 0, 32);
+  report("silu_mul [T, 14336]", time_op(ctx, [&](int) { ops::silu_mul(ctx, gate, up, act); }), 0, 32, &step_us);
 
-  const double weight_bytes = 2.0 * (32.0 * (2 * D * D + 2 * Hkv * Dh * D + 3 * D * F) + static_cast<double>(V) * D);
-  std::printf("decode step estimate (32 layers + head): %.0f us = %.1f tok/s; weights %.2f GB -> %.0f GB/s\n",
-              step_us, 1e6 / step_us, weight_bytes / 1e9, weight_bytes / step_us / 1e3);
+  const double params = 32.0 * (2 * D * D + 2 * Hkv * Dh * D + 3 * D * F) + static_cast<double>(V) * D;
+  for (int f = 0; f < 3; ++f) {
+    // Bytes per weight: 2; or bits/8 plus a bf16 scale and bias per 64.
+    const double weight_bytes = params * (f == 0 ? 2.0 : (f == 1 ? 0.5 : 1.0) + 4.0 / 64);
+    const double us = matmul_us[f] + step_us;
+    std::printf("%s decode step estimate (32 layers + head): %.0f us = %.1f tok/s; weights %.2f GB -> %.0f GB/s\n",
+                formats[f], us, 1e6 / us, weight_bytes / 1e9, weight_bytes / us / 1e3);
+  }
   return 0;
 }

@@ -14,10 +14,9 @@ class Backend {
   virtual std::string name() const = 0;
   virtual void embedding(Context&, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   virtual void matmul(Context&, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) = 0;
-  // ops::matmul_group. Default: one matmul per part.
-  virtual void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) {
-    for (const ops::MatmulPart& p : parts) matmul(ctx, x, *p.w, *p.bias, *p.y);
-  }
+  // ops::matmul_group. Default: one matmul (or quantized_matmul) per part, into a temporary
+  // and then added where the part accumulates.
+  virtual void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts);
   virtual void quantized_matmul(Context&, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) = 0;
   virtual void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) = 0;
   // The matrix on `device` in the layout this backend's kernels read best (done once, at

@@ -41,6 +41,18 @@ void expect_kv_cache(const ops::KvLayer& cache, const char* op) {
 
 }  // namespace
 
+void Backend::matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) {
+  for (const ops::MatmulPart& p : parts) {
+    Tensor out = p.accumulate ? Tensor::empty(p.y->shape(), DType::kF32, ctx.device) : *p.y;
+    if (p.qw != nullptr) {
+      quantized_matmul(ctx, x, *p.qw, *p.bias, out);
+    } else {
+      matmul(ctx, x, *p.w, *p.bias, out);
+    }
+    if (p.accumulate) add(ctx, *p.y, out);
+  }
+}
+
 void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
 
 Backend& backend_for(Device device) {
@@ -101,15 +113,6 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   backend_on(ctx, "matmul", {&x, &w, &bias, &y}).matmul(ctx, x, w, bias, y);
 }
 
-void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts) {
-  for (const MatmulPart& p : parts) {
-    expect(p.w != nullptr && p.bias != nullptr && p.y != nullptr, "matmul_group", "a part lacks a tensor");
-    expect_matmul(x, *p.w, *p.bias, *p.y);
-    backend_on(ctx, "matmul_group", {p.w, p.bias, p.y});
-  }
-  backend_on(ctx, "matmul_group", {&x}).matmul_group(ctx, x, parts);
-}
-
 namespace {
 
 void expect_ggml_blocks(const QuantizedMatrix& w, const char* op) {
@@ -147,9 +150,7 @@ void expect_quantized(const QuantizedMatrix& w, const char* op) {
   }
 }
 
-}  // namespace
-
-void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) {
+void expect_quantized_matmul(const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, const Tensor& y) {
   expect_dtype(x, DType::kF32, "quantized_matmul", "x");
   expect_quantized(w, "quantized_matmul");
   expect(x.rank() == 2 && x.dim(1) == w.cols, "quantized_matmul",
@@ -162,8 +163,29 @@ void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, c
   expect_dtype(y, DType::kF32, "quantized_matmul", "y");
   expect(y.shape() == Shape({x.dim(0), w.rows}), "quantized_matmul",
          "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.rows) + "], got " + y.str());
+}
+
+}  // namespace
+
+void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) {
+  expect_quantized_matmul(x, w, bias, y);
   backend_on(ctx, "quantized_matmul", {&x, &w.packed, &w.scales, &w.biases, &bias, &y})
       .quantized_matmul(ctx, x, w, bias, y);
+}
+
+void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts) {
+  for (const MatmulPart& p : parts) {
+    expect((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr, "matmul_group",
+           "a part lacks a tensor");
+    if (p.qw != nullptr) {
+      expect_quantized_matmul(x, *p.qw, *p.bias, *p.y);
+      backend_on(ctx, "matmul_group", {&p.qw->packed, &p.qw->scales, &p.qw->biases, p.bias, p.y});
+    } else {
+      expect_matmul(x, *p.w, *p.bias, *p.y);
+      backend_on(ctx, "matmul_group", {p.w, p.bias, p.y});
+    }
+  }
+  backend_on(ctx, "matmul_group", {&x}).matmul_group(ctx, x, parts);
 }
 
 void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) {

@@ -34,12 +34,15 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
 
 // One x times several matrices, parts[i].y = x . parts[i].w^T + parts[i].bias, each part as
-// matmul above (q, k and v; gate and up). A backend may run them as one pass: the GPU's decode
-// kernel reads all their rows in one launch, so the small ones do not each pay a launch's ramp.
+// matmul above, or as quantized_matmul below where qw is set (q, k and v; gate and up). A
+// backend may run them as one pass: the GPU's decode kernels read all their rows in one launch,
+// so the small ones do not each pay a launch's ramp.
 struct MatmulPart {
-  const Tensor* w;
+  const Tensor* w;     // null where qw is set
   const Tensor* bias;  // undefined tensor for none
   Tensor* y;
+  const QuantizedMatrix* qw = nullptr;
+  bool accumulate = false;  // y += x . w^T + bias (a residual connection), y's old values added last
 };
 void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts);
 

@@ -23,7 +23,8 @@ Attention Attention::load(const WeightLoader& w, const std::string& prefix, cons
   return a;
 }
 
-Tensor Attention::forward(Context& ctx, const Tensor& x, const Batch& batch, const Rope& rope, ops::KvLayer& kv) const {
+void Attention::add_to(Context& ctx, Tensor& residual, const Tensor& x, const Batch& batch, const Rope& rope,
+                       ops::KvLayer& kv) const {
   const int64_t T = x.dim(0);
   const std::vector<Tensor> qkv = Linear::forward_group(ctx, x, {&q, &k, &v});
   Tensor qh = qkv[0].reshape({T, shape.n_heads, shape.head_dim});
@@ -36,7 +37,7 @@ Tensor Attention::forward(Context& ctx, const Tensor& x, const Batch& batch, con
   ops::kv_write(ctx, kh, vh, batch.slots, kv);
   Tensor attn = Tensor::empty(qh.shape(), DType::kF32, ctx.device);
   ops::attention(ctx, qh, kv, batch.attn, scale, window, attn);
-  return o.forward(ctx, attn.reshape({T, shape.n_heads * shape.head_dim}));
+  o.add_to(ctx, residual, attn.reshape({T, shape.n_heads * shape.head_dim}));
 }
 
 }  // namespace hearth

@@ -137,19 +137,25 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) const {
   return y;
 }
 
+void Linear::add_to(Context& ctx, Tensor& y, const Tensor& x) const {
+  const ops::MatmulPart part = qweight.defined() ? ops::MatmulPart{nullptr, &bias, &y, &qweight, true}
+                                                 : ops::MatmulPart{&weight, &bias, &y, nullptr, true};
+  ops::matmul_group(ctx, x, std::span<const ops::MatmulPart>(&part, 1));
+}
+
 std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers) {
   std::vector<Tensor> ys;
-  std::vector<ops::MatmulPart> dense;
+  std::vector<ops::MatmulPart> parts;
   ys.reserve(layers.size());  // parts point into it
   for (const Linear* l : layers) {
+    ys.push_back(Tensor::empty({x.dim(0), l->out_features()}, DType::kF32, ctx.device));
     if (l->qweight.defined()) {
-      ys.push_back(l->forward(ctx, x));
+      parts.push_back({nullptr, &l->bias, &ys.back(), &l->qweight});
     } else {
-      ys.push_back(Tensor::empty({x.dim(0), l->out_features()}, DType::kF32, ctx.device));
-      dense.push_back({&l->weight, &l->bias, &ys.back()});
+      parts.push_back({&l->weight, &l->bias, &ys.back()});
     }
   }
-  if (!dense.empty()) ops::matmul_group(ctx, x, dense);
+  ops::matmul_group(ctx, x, parts);
   return ys;
 }
 

@@ -65,8 +65,10 @@ struct Linear {
   int64_t out_features() const { return qweight.defined() ? qweight.rows : weight.dim(0); }
   // x: [T, in] -> [T, out]
   Tensor forward(Context& ctx, const Tensor& x) const;
-  // The same x through several layers (q, k, v; gate, up): their outputs, in order. Float
-  // matrices go through ops::matmul_group; quantized ones one by one.
+  // y: [T, out] += forward(x) (a residual connection; the GPU adds it as it writes y).
+  void add_to(Context& ctx, Tensor& y, const Tensor& x) const;
+  // The same x through several layers (q, k, v; gate, up): their outputs, in order, from one
+  // ops::matmul_group.
   static std::vector<Tensor> forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers);
 };
 

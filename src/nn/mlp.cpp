@@ -10,11 +10,11 @@ GatedMlp GatedMlp::load(const WeightLoader& w, const std::string& prefix, int64_
                   Linear::load(w, prefix + ".down_proj", intermediate, hidden)};
 }
 
-Tensor GatedMlp::forward(Context& ctx, const Tensor& x) const {
+void GatedMlp::add_to(Context& ctx, Tensor& residual, const Tensor& x) const {
   std::vector<Tensor> gu = Linear::forward_group(ctx, x, {&gate, &up});
   Tensor& g = gu[0];
   ops::silu_mul(ctx, g, gu[1], g);
-  return down.forward(ctx, g);
+  down.add_to(ctx, residual, g);
 }
 
 }  // namespace hearth

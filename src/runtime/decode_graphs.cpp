@@ -36,7 +36,18 @@ void DecodeGraphs::upload(Context& ctx, Recorded& r, const std::vector<SeqStep>&
   device_memory(ctx.device.type).to_device(ctx.device, r.inputs.raw(), packed.data(), r.inputs.nbytes());
 }
 
-Tensor DecodeGraphs::run(Context& ctx, const std::vector<SeqStep>& steps) {
+namespace {
+
+DecodeGraphs::Outputs forward(Context& ctx, const Model& model, const Batch& batch, KvCache& kv) {
+  DecodeGraphs::Outputs out{model.forward(ctx, batch, kv), Tensor()};
+  out.ids = Tensor::empty({out.logits.dim(0)}, DType::kI32, ctx.device);
+  ops::argmax(ctx, out.logits, out.ids);
+  return out;
+}
+
+}  // namespace
+
+DecodeGraphs::Outputs DecodeGraphs::run(Context& ctx, const std::vector<SeqStep>& steps) {
   HEARTH_CHECK(fits(steps));
   const auto S = static_cast<int64_t>(steps.size());
   std::unique_ptr<Recorded>& slot = by_size_[static_cast<size_t>(S)];
@@ -44,7 +55,7 @@ Tensor DecodeGraphs::run(Context& ctx, const std::vector<SeqStep>& steps) {
     upload(ctx, *slot, steps);
     slot->graph->replay();
     ++replays_;
-    return slot->logits;
+    return slot->out;
   }
   auto r = std::make_unique<Recorded>();
   const int64_t width = kv_.n_blocks;
@@ -63,15 +74,15 @@ Tensor DecodeGraphs::run(Context& ctx, const std::vector<SeqStep>& steps) {
   r->batch.logits_rows = next({S});
   r->batch.attn.block_tables = next({S, width});
   upload(ctx, *r, steps);
-  Tensor logits = model_.forward(ctx, r->batch, kv_);
+  const Outputs eager = forward(ctx, model_, r->batch, kv_);
   Recorded& rec = *r;
-  rec.graph = ops::record_graph(ctx, [&] { rec.logits = model_.forward(ctx, rec.batch, kv_); });
+  rec.graph = ops::record_graph(ctx, [&] { rec.out = forward(ctx, model_, rec.batch, kv_); });
   if (rec.graph == nullptr) {
     unsupported_ = true;
   } else {
     slot = std::move(r);
   }
-  return logits;
+  return eager;
 }
 
 }  // namespace hearth

@@ -24,17 +24,21 @@ class DecodeGraphs {
   // Whether the step can replay a graph: one new token per sequence, its logits only, at most
   // kMaxSeqs sequences, and graphs not found missing on this device.
   bool fits(const std::vector<SeqStep>& steps) const;
-  // Runs the step (fits() holds): logits [S, vocab] on the device, valid until the next run.
-  // The first step of each size runs eagerly and then records the graph (recording queues
-  // nothing, and the eager run has loaded every kernel first).
-  Tensor run(Context& ctx, const std::vector<SeqStep>& steps);
+  // What a step leaves on the device, valid until the next run: logits [S, vocab] and their
+  // argmax per row [S] i32 (so a greedy step copies only S ids to the host).
+  struct Outputs {
+    Tensor logits, ids;
+  };
+  // Runs the step (fits() holds). The first step of each size runs eagerly and then records the
+  // graph (recording queues nothing, and the eager run has loaded every kernel first).
+  Outputs run(Context& ctx, const std::vector<SeqStep>& steps);
   int64_t replays() const { return replays_; }
 
  private:
   struct Recorded {
     Tensor inputs;  // i32: tokens, positions, slots, seq_starts, context_lens, logits_rows, block_tables
     Batch batch;    // views of `inputs`
-    Tensor logits;  // written by each replay
+    Outputs out;    // written by each replay
     std::unique_ptr<DeviceGraph> graph;
   };
   void upload(Context& ctx, Recorded& r, const std::vector<SeqStep>& steps) const;

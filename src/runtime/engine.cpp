@@ -54,7 +54,14 @@ void Engine::reserve(Sequence& seq, int64_t n_total) {
   }
 }
 
-Tensor Engine::step(const std::vector<Work>& work) {
+Tensor Engine::step(const std::vector<Work>& work) { return run(work, false); }
+
+std::vector<int32_t> Engine::step_argmax(const std::vector<Work>& work) {
+  const Tensor ids = run(work, true);
+  return {ids.data<int32_t>(), ids.data<int32_t>() + ids.numel()};
+}
+
+Tensor Engine::run(const std::vector<Work>& work, bool argmax) {
   std::vector<SeqStep> steps;
   for (const Work& w : work) {
     Sequence& s = *w.seq;
@@ -66,14 +73,22 @@ Tensor Engine::step(const std::vector<Work>& work) {
     steps.push_back(SeqStep{std::span<const int32_t>(s.tokens.data() + s.n_cached, static_cast<size_t>(w.n_tokens)),
                             static_cast<int32_t>(s.n_cached), std::span<const int32_t>(s.blocks), w.all_logits});
   }
-  // Built on the host, run on the context's device; logits come back to the host (sampling).
+  // Built on the host, run on the context's device; logits (or their argmax) come back to the
+  // host.
   auto forward = [&] {
-    if (graphs_ && graphs_->fits(steps)) return graphs_->run(ctx_, steps);
-    return model_.forward(ctx_, Batch::build(steps, options_.block_size).to_device(ctx_.device), kv_);
+    if (graphs_ && graphs_->fits(steps)) {
+      const DecodeGraphs::Outputs out = graphs_->run(ctx_, steps);
+      return argmax ? out.ids : out.logits;
+    }
+    Tensor logits = model_.forward(ctx_, Batch::build(steps, options_.block_size).to_device(ctx_.device), kv_);
+    if (!argmax) return logits;
+    Tensor ids = Tensor::empty({logits.dim(0)}, DType::kI32, ctx_.device);
+    ops::argmax(ctx_, logits, ids);
+    return ids;
   };
-  Tensor logits;
+  Tensor out;
   try {
-    logits = forward().to_device(kCpu);
+    out = forward().to_device(kCpu);
   } catch (...) {
     // What the device's kernels recorded in this failed step is this step's, not the next one's.
     try {
@@ -84,7 +99,7 @@ Tensor Engine::step(const std::vector<Work>& work) {
   }
   ops::check_errors(ctx_);
   for (const Work& w : work) w.seq->n_cached += w.n_tokens;
-  return logits;
+  return out;
 }
 
 int64_t Engine::attach_cached_prefix(Sequence& seq) {

@@ -66,6 +66,11 @@ std::optional<TokenEvent> GenerationStream::next() {
     started_ = true;
     ev.token = prefill(&ev.logprobs);
     stats_.prefill_seconds = timer.seconds();
+  } else if (request_.top_logprobs < 0 && sampler_.plain_greedy() &&
+             engine_.context().device.type != DeviceType::kCpu) {
+    // Only the token crosses from the GPU, not the logits.
+    ev.token = engine_.step_argmax({{&seq_, 1}}).at(0);
+    stats_.decode_seconds += timer.seconds();
   } else {
     const Tensor logits = engine_.step({{&seq_, 1}});
     ev.token = sample(logits, &ev.logprobs);

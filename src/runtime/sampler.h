@@ -77,6 +77,12 @@ class Sampler {
  public:
   // Throws InputError naming the field for a parameter out of range.
   explicit Sampler(const SamplingParams& params);
+  // Temperature 0 and no logit processor: the token is the argmax of the raw logits (which a
+  // GPU can take itself).
+  bool plain_greedy() const {
+    return params_.temperature == 0.0f && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
+           params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f;
+  }
 
   // Throws InputError naming the first logit_bias id outside [0, vocab). sample() calls it (once
   // per vocab size); call it early to reject a request before any work.

@@ -284,7 +284,7 @@ TEST(CudaOps, MatmulMatchesTheScalarReference) {
 
 // Several matrices of one x in one launch (decode rows) or one by one (more rows): each part
 // exactly as its own matmul, with and without a bias, sizes that split the launch's warps
-// unevenly.
+// unevenly; a part that accumulates adds it to y's old values.
 TEST(CudaOps, MatmulGroupGivesEachPartItsOwnMatmul) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(12);
@@ -303,28 +303,37 @@ TEST(CudaOps, MatmulGroupGivesEachPartItsOwnMatmul) {
         alone.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
         ops::matmul(ctx, x, w[i], bias[i], alone[i]);
       }
+      // Part 2 accumulates: y = y0 + (x . w^T + bias).
+      const std::vector<float> y0 = random_floats(rng, size_t(T * sizes[2]));
+      y[2] = on_gpu({T, sizes[2]}, y0);
       const std::vector<ops::MatmulPart> parts = {
-          {&w[0], &bias[0], &y[0]}, {&w[1], &bias[1], &y[1]}, {&w[2], &bias[2], &y[2]}};
+          {&w[0], &bias[0], &y[0]}, {&w[1], &bias[1], &y[1]}, {&w[2], &bias[2], &y[2], nullptr, true}};
       ops::matmul_group(ctx, x, parts);
       for (size_t i = 0; i < sizes.size(); ++i) {
-        EXPECT_EQ(to_host<float>(y[i]), to_host<float>(alone[i])) << dtype_name(type) << " T=" << T << " part " << i;
+        std::vector<float> want = to_host<float>(alone[i]);
+        if (i == 2)
+          for (size_t e = 0; e < want.size(); ++e) want[e] = y0[e] + want[e];
+        EXPECT_EQ(to_host<float>(y[i]), want) << dtype_name(type) << " T=" << T << " part " << i;
       }
     }
   }
 }
 
 // Paged attention over a shuffled block table with NaN in every unused slot, prefill and
-// decode rows of several sequences, GQA, windows, and each cache type; then a batch of decode
-// rows only (the split kernel, contexts from 1 to 1001 positions).
+// decode rows of several sequences, GQA groups of 4, 1, 3 and 12 query heads per KV head,
+// windows, and each cache type; then a batch of decode rows only (the split kernels, contexts
+// from 1 to 1001 positions). The first batch has 44 rows: prefill kernels (tensor cores for
+// 16-bit caches and head dims 64 and 128, tiles on CUDA cores otherwise).
 TEST(CudaOps, AttentionMatchesTheScalarReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(9);
   Context ctx = gpu_ctx();
-  const int64_t Hq = 8, Hkv = 2, block_size = 16;
+  const int64_t block_size = 16;
   const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> cases = {
       {{1, 37, 1, 5}, {300, 0, 17, 64}}, {{1, 1, 1, 1, 1}, {300, 0, 17, 1000, 63}}};
   for (const auto& [q_lens, ctx_lens] : cases)
-    for (int64_t Dh : {64, 128, 80}) {
+    for (const auto [Hq, Hkv, Dh] : std::vector<std::array<int64_t, 3>>{
+             {8, 2, 64}, {8, 2, 128}, {8, 2, 80}, {4, 4, 128}, {6, 2, 64}, {12, 1, 128}}) {
       for (int32_t window : {0, 100}) {
         for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
           const int64_t S = int64_t(q_lens.size());
@@ -354,7 +363,9 @@ TEST(CudaOps, AttentionMatchesTheScalarReference) {
                     std::numeric_limits<float>::quiet_NaN();
           const Tensor kc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, k.data()).to(type);
           const Tensor vc = Tensor::from_f32({total_blocks, block_size, Hkv, Dh}, v.data()).to(type);
-          const std::vector<float> q = random_floats(rng, size_t(T * Hq * Dh), -2.0f, 2.0f);
+          // q rounded to the cache's type: the tensor-core kernel rounds it so (both sides see it).
+          std::vector<float> q = random_floats(rng, size_t(T * Hq * Dh), -2.0f, 2.0f);
+          q = to_host<float>(Tensor::from_f32({T * Hq * Dh}, q.data()).to(type).to(DType::kF32));
           const float scale = 1.0f / std::sqrt(float(Dh));
           std::vector<float> want(q.size());
           cpu::AttentionArgs a{};
@@ -371,9 +382,14 @@ TEST(CudaOps, AttentionMatchesTheScalarReference) {
                                           on_gpu_i32({S, max_blocks}, tables)};
           Tensor out = Tensor::empty({T, Hq, Dh}, DType::kF32, kGpu);
           ops::attention(ctx, on_gpu({T, Hq, Dh}, q), cache, batch, scale, window, out);
-          expect_close(to_host<float>(out), want, 1e-5, 1e-4,
+          // Prefill rows on tensor cores (16-bit cache, head dim 64 or 128): P rounded to the
+          // cache's type, |dy| <= 2 eps max|v| more (v in [-1, 1]).
+          const bool mma = T > 8 && type != DType::kF32 && (Dh == 64 || Dh == 128);
+          const double eps = type == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+          expect_close(to_host<float>(out), want, 1e-5 + (mma ? 2 * eps : 0.0), 1e-4,
                        std::string("attention ") + std::string(dtype_name(type)) + " T=" + std::to_string(T) +
-                           " Dh=" + std::to_string(Dh) + " window=" + std::to_string(window));
+                           " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " Dh=" + std::to_string(Dh) +
+                           " window=" + std::to_string(window));
         }
       }
     }
@@ -387,8 +403,9 @@ QuantizedMatrix on_gpu(QuantizedMatrix q) {
 }
 
 // Every width (2-8 bits), group size and scale type, with and without biases (symmetric codes,
-// as GGUF Q4_0/Q8_0 load): decode sizes take the matvec kernels (2/4/8 bits by word, others per
-// element), T > 8 a bf16 dequantized GEMM with x in bf16:
+// as GGUF Q4_0/Q8_0 load). Decode sizes of 4 and 8 bits take the integer kernels, x rounded to
+// int8 per group (the CPU's VNNI bound, docs/numerics.md: |dy| <= sum_k |w_k - b_g| dx_g / 2
+// more); other widths the per-element f32 kernel; T > 8 a bf16 dequantized GEMM with x in bf16:
 // |dy| <= (eps + 1e-6) sum_k |x_k w_k| + 1e-5 (1 + |y|), eps = 2 * 2^-8 there, else 0.
 TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
   SKIP_WITHOUT_GPU();
@@ -399,11 +416,17 @@ TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
     for (int gs : {32, 64, 128}) {
       for (DType scale_type : {DType::kBF16, DType::kF16, DType::kF32}) {
         for (bool symmetric : {false, true}) {
-          const int64_t N = std::array<int64_t, 3>{1, 17, 300}[size_t(bits % 3)];
+          const int64_t N = std::array<int64_t, 3>{1, 17, 300}[size_t(bits % 3)], G = K / gs;
           const std::vector<float> wf = random_floats(rng, size_t(N * K));
           QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), QuantSpec{bits, gs}, scale_type);
           if (symmetric) q.biases = Tensor();
           const Tensor dense = dequantize(q);
+          const Tensor scales = q.scales.to(DType::kF32);
+          const Tensor biases = symmetric ? Tensor() : q.biases.to(DType::kF32);
+          auto group_bias = [&](int64_t n, int64_t g) {
+            return symmetric ? -float(1 << (bits - 1)) * scales.data<float>()[n * G + g]
+                             : biases.data<float>()[n * G + g];
+          };
           for (int64_t T : {1, 5, 6, 7, 8, 9, 33}) {
             const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
             std::vector<float> want(size_t(T * N));
@@ -412,19 +435,70 @@ TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
             ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
             const std::vector<float> got = to_host<float>(y);
             const double eps = T <= 8 ? 0.0 : 2.0 / 256;
+            const bool int8_x = T <= 8 && (bits == 4 || bits == 8);
             for (int64_t t = 0; t < T; ++t) {
               for (int64_t n = 0; n < N; ++n) {
-                double abs_dot = 0;
-                for (int64_t k = 0; k < K; ++k)
-                  abs_dot += std::abs(x[size_t(t * K + k)] * dense.data<float>()[n * K + k]);
+                double abs_dot = 0, rounding = 0;
+                for (int64_t g = 0; g < G; ++g) {
+                  float amax = 0;
+                  for (int64_t k = g * gs; k < (g + 1) * gs; ++k) amax = std::max(amax, std::abs(x[size_t(t * K + k)]));
+                  for (int64_t k = g * gs; k < (g + 1) * gs; ++k) {
+                    const float w = dense.data<float>()[n * K + k];
+                    abs_dot += std::abs(x[size_t(t * K + k)] * w);
+                    if (int8_x) rounding += std::abs(w - group_bias(n, g)) * amax / 127 / 2;
+                  }
+                }
                 const size_t i = size_t(t * N + n);
-                ASSERT_LE(std::abs(got[i] - want[i]), (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
+                ASSERT_LE(std::abs(got[i] - want[i]),
+                          rounding + (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
                     << bits << "-bit/" << gs << " " << dtype_name(scale_type) << (symmetric ? " symmetric" : "")
                     << " T=" << T << " N=" << N << " at (" << t << ", " << n << ")";
               }
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The same with MLX affine matrices: one launch where the parts share a width and group size
+// (q/k/v, gate/up), one per part where they do not (4, 8 and 3 bits); each part exactly as its
+// own quantized_matmul, or added to y's old values where it accumulates.
+TEST(CudaOps, QuantizedMatmulGroupGivesEachPartItsOwnMatmul) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(13);
+  Context ctx = gpu_ctx();
+  const int64_t K = 512;
+  const std::vector<int64_t> sizes = {300, 7, 64};
+  for (bool mixed : {false, true}) {
+    std::vector<QuantizedMatrix> w;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<float> values = random_floats(rng, size_t(sizes[i] * K));
+      const int bits = mixed ? std::array<int, 3>{4, 8, 3}[i] : 4;
+      w.push_back(
+          on_gpu(affine_quantize(Tensor::from_f32({sizes[i], K}, values.data()), QuantSpec{bits, 64}, DType::kBF16)));
+    }
+    for (int64_t T : {1, 4, 8, 9}) {
+      const Tensor x = on_gpu({T, K}, random_floats(rng, size_t(T * K)));
+      std::vector<Tensor> bias, y, alone;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        bias.push_back(i == 1 ? Tensor() : on_gpu({sizes[i]}, random_floats(rng, size_t(sizes[i]))));
+        y.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
+        alone.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
+        ops::quantized_matmul(ctx, x, w[i], bias[i], alone[i]);
+      }
+      // Part 2 accumulates: y = y0 + (x . w^T + bias).
+      const std::vector<float> y0 = random_floats(rng, size_t(T * sizes[2]));
+      y[2] = on_gpu({T, sizes[2]}, y0);
+      std::vector<ops::MatmulPart> parts;
+      for (size_t i = 0; i < sizes.size(); ++i) parts.push_back({nullptr, &bias[i], &y[i], &w[i], i == 2});
+      ops::matmul_group(ctx, x, parts);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<float> want = to_host<float>(alone[i]);
+        if (i == 2)
+          for (size_t e = 0; e < want.size(); ++e) want[e] = y0[e] + want[e];
+        EXPECT_EQ(to_host<float>(y[i]), want) << (mixed ? "mixed widths" : "4-bit") << " T=" << T << " part " << i;
       }
     }
   }

@@ -9,15 +9,17 @@
 // V sum in registers, lane i holding dims i, i + 32, ...); the warps' states are merged at the
 // end. K and V rows are read whole by a warp, so each load is coalesced.
 //
-// Prefill rows (T > kMatvecRows) go in tiles of 16 rows (below) for head dims up to 128, else
-// take all their positions in one block of 16 warps. Decode rows
-// split them (flash-decoding): kSplits (64) blocks of 4 warps per (row, head), each over its
-// part of the row's positions, sized on the device from the row's context (so a recorded graph
-// serves any context), write their unnormalized state to scratch; a second kernel merges them.
-// A decode row of a 32-head model then spreads over up to 8192 warps instead of 32 blocks.
+// Prefill rows (T > kMatvecRows) take tensor cores where the cache is 16-bit and the head dim
+// 64 or 128 (attention_mma.cu); else tiles of 16 rows on CUDA cores (below) for head dims up to
+// 128, else all their positions in one block of 16 warps. Decode rows split them
+// (flash-decoding): kSplits (64) blocks per (row, head) or, for 16-bit caches and head dims 64
+// and 128, per (row, KV head), each over its part of the row's positions, sized on the device
+// from the row's context (so a recorded graph serves any context), write their unnormalized
+// state to scratch; a second kernel merges them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backends/cuda/attention.cuh"
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
@@ -31,25 +33,6 @@ constexpr int kPrefillWarps = 16;
 constexpr int kSplitWarps = 4;
 constexpr int kSplits = 64;
 constexpr int kMaxDimsPerLane = 8;  // Dh <= 256
-
-// Where query row t of the batch sits: its sequence, cache index c, and first visible index.
-struct RowPlace {
-  int64_t seq, c, lo;
-};
-__device__ RowPlace place_of(const AttentionArgs& a, int64_t t) {
-  // The sequence of row t: the last s with seq_starts[s] <= t.
-  int64_t lo_s = 0, hi_s = a.n_seqs - 1;
-  while (lo_s < hi_s) {
-    const int64_t mid = (lo_s + hi_s + 1) / 2;
-    if (a.seq_starts[mid] <= t) {
-      lo_s = mid;
-    } else {
-      hi_s = mid - 1;
-    }
-  }
-  const int64_t c = a.context_lens[lo_s] + t - a.seq_starts[lo_s];
-  return {lo_s, c, a.window > 0 ? max(int64_t{0}, c - a.window + 1) : 0};
-}
 
 // One block's online softmax over positions [begin, end) of row t, head h: the block's max M and
 // sum L, and in acc_out[d] (shared) the V sum weighted by e^(s - M). M is -inf for an empty range.
@@ -297,6 +280,168 @@ __global__ void attention_split_kernel(AttentionArgs a, float* partial, float2* 
   if (threadIdx.x == 0) stats[at] = make_float2(m, l);
 }
 
+// The same split for 16-bit caches with head dims 64 and 128, one block per (row, KV head, split)
+// for all the query heads that share the KV head (up to 8 at a time), so each K and V row is
+// read once for the group instead of once per query head. Lane j of a warp takes key j of the
+// warp's round of 32: its K row comes whole into registers (all its loads in flight together)
+// and is scored against the group's q rows in shared memory, while its V row is copied to
+// shared memory asynchronously; then lane i sums dims [i * Dh / 32, (i + 1) * Dh / 32) of the
+// round's V rows weighted by the probabilities. The block's 4 warps take rounds 128 keys apart
+// and merge their states at the end. A split is a multiple of 128 keys: at a short context the
+// row's keys go to fewer splits (the merge kernel reads only those that saw keys).
+constexpr int kDecodeWarps = 4, kDecodeKeys = 32 * kDecodeWarps, kMaxGroup = 8;
+
+template <typename T, int kDh, int kGroup>
+__global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2* stats) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte piece
+  constexpr int kPieces = kDh / kPer;                     // of a K or V row
+  constexpr int kLaneDims = kDh / 32;
+  const int64_t t = blockIdx.x, z = blockIdx.z, G = a.Hq / a.Hkv, chunks = (G + kGroup - 1) / kGroup;
+  const int64_t kv_head = blockIdx.y / chunks, h0 = kv_head * G + (blockIdx.y % chunks) * kGroup;
+  const int gn = static_cast<int>(min(static_cast<int64_t>(kGroup), kv_head * G + G - h0));
+  const RowPlace p = place_of(a, t);
+  const int64_t n = p.c - p.lo + 1;
+  const int64_t chunk = ((n + kSplits - 1) / kSplits + kDecodeKeys - 1) / kDecodeKeys * kDecodeKeys;
+  const int64_t begin = p.lo + z * chunk, end = min(p.c + 1, begin + chunk);
+  if (begin >= end) {
+    if (threadIdx.x < gn) stats[(t * a.Hq + h0 + threadIdx.x) * kSplits + z] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ float qs[kGroup][kDh];
+  __shared__ float ps[kDecodeWarps][kGroup][32];
+  // The warps' V rows, later their states for the merge.
+  constexpr int kVBytes = kDecodeWarps * 32 * kDh * static_cast<int>(sizeof(T));
+  constexpr int kMergeBytes = kDecodeWarps * kGroup * kDh * 4;
+  __shared__ __align__(16) unsigned char shared[kVBytes > kMergeBytes ? kVBytes : kMergeBytes];
+  __shared__ float ms[kDecodeWarps][kGroup], ls[kDecodeWarps][kGroup];
+  T(*vs)[32][kDh] = reinterpret_cast<T(*)[32][kDh]>(shared);
+  const T* k_cache = static_cast<const T*>(a.k_cache);
+  const T* v_cache = static_cast<const T*>(a.v_cache);
+  // Starts the warp's round of keys [j0, j0 + 32): the K rows into kr, the V rows on their way
+  // to shared memory. Returns how many of them the split has (a prefix of the lanes).
+  uint4 kr[kPieces];
+  auto start_round = [&](int64_t j0) {
+    const int valid = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(32), end - j0)));
+    const bool mine = lane < valid;
+    const int64_t j = j0 + lane;
+    int64_t row = 0;
+    if (mine) {
+      const int64_t b = a.block_tables[p.seq * a.max_blocks + j / a.block_size];
+      row = ((b * a.block_size + j % a.block_size) * a.Hkv + kv_head) * kDh;
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) copy16_async(&vs[warp][lane][i * kPer], v_cache + row + i * kPer);
+    }
+    asm volatile("cp.async.commit_group;");
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i)
+      kr[i] = mine ? *reinterpret_cast<const uint4*>(k_cache + row + i * kPer) : make_uint4(0, 0, 0, 0);
+    return valid;
+  };
+  int64_t j0 = begin + 32 * warp;
+  int valid = start_round(j0);  // in flight while q is staged
+  for (int e = threadIdx.x; e < kGroup * kDh; e += kDecodeWarps * 32) {
+    const int h = e / kDh, d = e % kDh;
+    qs[h][d] = h < gn ? a.q[(t * a.Hq + h0 + h) * kDh + d] * a.scale : 0.0f;
+  }
+  __syncthreads();
+  float m[kGroup], l[kGroup], acc[kGroup][kLaneDims];
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < kLaneDims; ++d) acc[h][d] = 0.0f;
+  }
+  while (valid > 0) {
+    const bool mine = lane < valid;
+    float s[kGroup];
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) s[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const T* e = reinterpret_cast<const T*>(&kr[i]);
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) {
+        const float kv = widen(e[c]);
+#pragma unroll
+        for (int h = 0; h < kGroup; ++h) s[h] += qs[h][i * kPer + c] * kv;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      const float m_new = fmaxf(m[h], warp_max(mine ? s[h] : -INFINITY));  // finite: lane 0 has a key
+      const float keep = expf(m[h] - m_new), pj = mine ? expf(s[h] - m_new) : 0.0f;
+      l[h] = l[h] * keep + warp_sum(pj);
+#pragma unroll
+      for (int d = 0; d < kLaneDims; ++d) acc[h][d] *= keep;
+      m[h] = m_new;
+      ps[warp][h][lane] = pj;
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncwarp();
+    for (int key = 0; key < valid; ++key) {
+      float v[kLaneDims];
+#pragma unroll
+      for (int d = 0; d < kLaneDims; ++d) v[d] = widen(vs[warp][key][lane * kLaneDims + d]);
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        const float pj = ps[warp][h][key];
+#pragma unroll
+        for (int d = 0; d < kLaneDims; ++d) acc[h][d] += pj * v[d];
+      }
+    }
+    __syncwarp();  // vs and ps are rewritten by the next round
+    j0 += kDecodeKeys;
+    valid = start_round(j0);
+  }
+  // Merge the warps (a warp past the split's end has m = -inf and weight 0).
+  __syncthreads();
+  float(*accs)[kGroup][kDh] = reinterpret_cast<float(*)[kGroup][kDh]>(shared);
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+#pragma unroll
+    for (int d = 0; d < kLaneDims; ++d) accs[warp][h][lane * kLaneDims + d] = acc[h][d];
+    if (lane == 0) {
+      ms[warp][h] = m[h];
+      ls[warp][h] = l[h];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < gn * kDh; e += kDecodeWarps * 32) {
+    const int h = e / kDh, d = e % kDh;
+    float big = -INFINITY;
+    for (int w = 0; w < kDecodeWarps; ++w) big = fmaxf(big, ms[w][h]);
+    float o = 0.0f, total = 0.0f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float weight = ms[w][h] == -INFINITY ? 0.0f : expf(ms[w][h] - big);
+      o += accs[w][h][d] * weight;
+      total += ls[w][h] * weight;
+    }
+    const int64_t at = (t * a.Hq + h0 + h) * kSplits + z;
+    partial[at * kDh + d] = o;
+    if (d == 0) stats[at] = make_float2(big, total);
+  }
+}
+
+template <typename T, int kDh>
+void launch_decode(cudaStream_t s, const AttentionArgs& a, float* partial, float2* stats) {
+  const int64_t G = a.Hq / a.Hkv;
+  auto grid = [&](int group) {
+    return dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hkv * ((G + group - 1) / group)), kSplits);
+  };
+  const unsigned threads = kDecodeWarps * 32;
+  if (G == 1) {
+    attention_decode_kernel<T, kDh, 1><<<grid(1), threads, 0, s>>>(a, partial, stats);
+  } else if (G == 2) {
+    attention_decode_kernel<T, kDh, 2><<<grid(2), threads, 0, s>>>(a, partial, stats);
+  } else if (G <= 4) {
+    attention_decode_kernel<T, kDh, 4><<<grid(4), threads, 0, s>>>(a, partial, stats);
+  } else {
+    attention_decode_kernel<T, kDh, kMaxGroup><<<grid(kMaxGroup), threads, 0, s>>>(a, partial, stats);
+  }
+}
+
 // out[t, h] = sum_z partial_z e^(M_z - M) / sum_z L_z e^(M_z - M), one block per (row, head).
 // The splits that saw positions are a prefix (the empty ones are past the row's end); their
 // weights go to shared memory first, then each thread sums its dims over them with the loads
@@ -339,6 +484,7 @@ __global__ void attention_merge_kernel(const float* partial, const float2* stats
 
 template <typename T>
 void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
+  if (attention_prefill_mma(s, a)) return;
   if (a.T > kMatvecRows && a.Dh <= kTileMaxDh) {
     const dim3 grid(static_cast<unsigned>((a.T + kTileRows - 1) / kTileRows), static_cast<unsigned>(a.Hq));
     attention_tile_kernel<T><<<grid, kTileWarps * 32, 0, s>>>(a);
@@ -350,8 +496,16 @@ void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
   }
   auto* partial = static_cast<float*>(scratch);
   auto* stats = reinterpret_cast<float2*>(partial + a.T * a.Hq * kSplits * a.Dh);
-  const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq), kSplits);
-  attention_split_kernel<T><<<grid, kSplitWarps * 32, 0, s>>>(a, partial, stats);
+  bool grouped = false;  // the KV-head kernel, for 16-bit caches and head dims 64 and 128
+  if constexpr (sizeof(T) == 2) {
+    grouped = a.Dh == 128 || a.Dh == 64;
+    if (a.Dh == 128) launch_decode<T, 128>(s, a, partial, stats);
+    if (a.Dh == 64) launch_decode<T, 64>(s, a, partial, stats);
+  }
+  if (!grouped) {
+    const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq), kSplits);
+    attention_split_kernel<T><<<grid, kSplitWarps * 32, 0, s>>>(a, partial, stats);
+  }
   attention_merge_kernel<<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), 128, 0, s>>>(
       partial, stats, a.Hq, a.Dh, a.out);
 }

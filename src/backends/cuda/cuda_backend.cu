@@ -59,19 +59,34 @@ class CudaBackend final : public Backend {
                  scratch.defined() ? scratch.raw() : nullptr);
   }
 
-  // Decode rows through float matrices of one type: one launch for all parts.
+  // Decode rows through float matrices of one type, or through MLX affine matrices: one launch
+  // for all parts (quantized ones of different shapes split in quantized_matvec_group).
   void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) override {
     const int64_t T = x.dim(0);
-    bool one_launch = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
-    for (const ops::MatmulPart& p : parts) one_launch = one_launch && p.w->dtype() == parts[0].w->dtype();
-    if (!one_launch) return Backend::matmul_group(ctx, x, parts);
-    std::array<MatvecPart, kMaxMatvecParts> launch{};
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const ops::MatmulPart& p = parts[i];
-      launch[i] = {p.w->raw(), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(), p.w->dim(0)};
+    const bool decode = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
+    bool dense = decode, affine = decode;
+    for (const ops::MatmulPart& p : parts) {
+      dense = dense && p.qw == nullptr && p.w->dtype() == parts[0].w->dtype();
+      affine = affine && p.qw != nullptr && !p.qw->is_ggml();
     }
-    cuda::matvec_group(use_device(ctx.device), x.data<float>(), T, x.dim(1), parts[0].w->dtype(), launch.data(),
-                       static_cast<int>(parts.size()));
+    auto bias_of = [](const ops::MatmulPart& p) { return p.bias->defined() ? p.bias->data<float>() : nullptr; };
+    if (dense) {
+      std::array<MatvecPart, kMaxMatvecParts> launch{};
+      for (size_t i = 0; i < parts.size(); ++i)
+        launch[i] = {parts[i].w->raw(), bias_of(parts[i]), parts[i].y->data<float>(), parts[i].w->dim(0),
+                     parts[i].accumulate};
+      return cuda::matvec_group(use_device(ctx.device), x.data<float>(), T, x.dim(1), parts[0].w->dtype(),
+                                launch.data(), static_cast<int>(parts.size()));
+    }
+    if (affine) {
+      std::array<QuantPart, kMaxMatvecParts> launch{};
+      for (size_t i = 0; i < parts.size(); ++i)
+        launch[i] = {affine_args(*parts[i].qw), bias_of(parts[i]), parts[i].y->data<float>(), parts[i].accumulate};
+      Tensor scratch = Tensor::empty({quantized_scratch_bytes(T, parts[0].qw->rows, x.dim(1))}, DType::kU8, ctx.device);
+      return cuda::quantized_matvec_group(use_device(ctx.device), x.data<float>(), T, launch.data(),
+                                          static_cast<int>(parts.size()), scratch.raw());
+    }
+    Backend::matmul_group(ctx, x, parts);
   }
 
   static GgmlArgs ggml(const QuantizedMatrix& w, const char* op) {

@@ -58,13 +58,15 @@ constexpr int kMatvecRows = 8;
 void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y, void* scratch);
 // Decode rows (1 <= T <= kMatvecRows) of one x through up to kMaxMatvecParts matrices of one
-// type in one launch: parts[i].y: [T, parts[i].N] = x . parts[i].w^T + parts[i].bias.
+// type in one launch: parts[i].y: [T, parts[i].N] = x . parts[i].w^T + parts[i].bias, or
+// y += that where the part accumulates (y's old value added last).
 constexpr int kMaxMatvecParts = 4;
 struct MatvecPart {
   const void* w;  // [N, K]
   const float* bias;
   float* y;
   int64_t N;
+  bool accumulate = false;
 };
 void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_type, const MatvecPart* parts, int n);
 // True when matmul needs `scratch` for these sizes.
@@ -76,8 +78,19 @@ using QuantArgs = hearth::AffineArgs;  // core/affine_args.h (rows layout on the
 // y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_scratch_bytes(T, N, K) bytes.
 void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
                       float* y, void* scratch);
+// Decode rows (1 <= T <= kMatvecRows) of one x through up to kMaxMatvecParts matrices: one
+// launch when they share K, width, group size and scale type. scratch: quantized_scratch_bytes.
+struct QuantPart {
+  QuantArgs w;
+  const float* bias;  // [N] or null
+  float* y;           // [T, N]
+  bool accumulate = false;
+};
+void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const QuantPart* parts, int n, void* scratch);
+// Decode: x rounded to int8 ([T, K]) with a scale and a sum per group of at least 32 values;
+// prefill: the dense bf16 matrix and x in bf16.
 inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) {
-  return T <= kMatvecRows ? 0 : 2 * (N + T) * K;
+  return T <= kMatvecRows ? T * K + 2 * 4 * T * (K / 32) + 16 : 2 * (N + T) * K;
 }
 // out: [T, K] f32 = the dequantized rows ids[t] of w; bad ids are reported in `errors`.
 void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);

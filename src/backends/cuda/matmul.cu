@@ -20,6 +20,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/loads.cuh"
 #include "backends/cuda/reduce.cuh"
 #include "base/error.h"
 
@@ -35,16 +36,37 @@ struct Parts {
   const float* bias[kMaxMatvecParts];
   float* y[kMaxMatvecParts];
   int64_t N[kMaxMatvecParts];
+  bool accumulate[kMaxMatvecParts];
   int64_t first[kMaxMatvecParts + 1];
   int n;
 };
 
-// The part and row of the launch's row r.
+// The launch's row r as its part's matrix, bias, output, row count and row, chosen with
+// constant indices (a computed index into the kernel's parameters would copy them all to local
+// memory).
 template <typename W>
-__device__ inline int part_of(const Parts<W>& p, int64_t r) {
-  int i = 0;
-  while (i + 1 < p.n && r >= p.first[i + 1]) ++i;
-  return i;
+struct Row {
+  const W* w;
+  const float* bias;
+  float* y;
+  int64_t N, n;
+  bool accumulate;
+
+  // Row t's output: the dot, plus the bias, plus y's old value where the part accumulates.
+  __device__ void store(int64_t t, float dot) const {
+    const float out = dot + (bias != nullptr ? bias[n] : 0.0f);
+    float& at = y[t * N + n];
+    at = accumulate ? at + out : out;
+  }
+};
+template <typename W>
+__device__ inline Row<W> row_of(const Parts<W>& p, int64_t r) {
+  Row<W> row{p.w[0], p.bias[0], p.y[0], p.N[0], r, p.accumulate[0]};
+#pragma unroll
+  for (int j = 1; j < kMaxMatvecParts; ++j) {
+    if (j < p.n && r >= p.first[j]) row = {p.w[j], p.bias[j], p.y[j], p.N[j], r - p.first[j], p.accumulate[j]};
+  }
+  return row;
 }
 
 template <typename W, int kT>
@@ -52,9 +74,8 @@ __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= p.first[p.n]) return;
-  const int i = part_of(p, r);
-  const int64_t n = r - p.first[i], N = p.N[i];
-  const W* row = p.w[i] + n * K;
+  const Row<W> m = row_of(p, r);
+  const W* row = m.w + m.n * K;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
   for (int64_t k = lane; k < K; k += 32) {
@@ -63,7 +84,7 @@ __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
   }
   for (int t = 0; t < kT; ++t) {
     const float sum = warp_sum(acc[t]);
-    if (lane == 0) p.y[i][t * N + n] = sum + (p.bias[i] != nullptr ? p.bias[i][n] : 0.0f);
+    if (lane == 0) m.store(t, sum);
   }
 }
 
@@ -78,9 +99,8 @@ __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= p.first[p.n]) return;
-  const int i = part_of(p, r);
-  const int64_t n = r - p.first[i], N = p.N[i];
-  const uint4* row = reinterpret_cast<const uint4*>(p.w[i] + n * K);
+  const Row<W> m = row_of(p, r);
+  const uint4* row = reinterpret_cast<const uint4*>(m.w + m.n * K);
   const int64_t vecs = K / kPer;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
@@ -89,7 +109,7 @@ __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + 32 * u;
-      raw[u] = v < vecs ? __ldg(row + v) : make_uint4(0, 0, 0, 0);
+      raw[u] = v < vecs ? load_stream(row + v) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -109,7 +129,7 @@ __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
   }
   for (int t = 0; t < kT; ++t) {
     const float sum = warp_sum(acc[t]);
-    if (lane == 0) p.y[i][t * N + n] = sum + (p.bias[i] != nullptr ? p.bias[i][n] : 0.0f);
+    if (lane == 0) m.store(t, sum);
   }
 }
 
@@ -134,6 +154,7 @@ void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* pa
     p.bias[i] = parts[i].bias;
     p.y[i] = parts[i].y;
     p.N[i] = parts[i].N;
+    p.accumulate[i] = parts[i].accumulate;
     p.first[i + 1] = p.first[i] + parts[i].N;
   }
   if (p.first[n] == 0) return;

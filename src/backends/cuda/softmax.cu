@@ -30,25 +30,41 @@ __device__ inline void better(float& v, int64_t& i, float ov, int64_t oi) {
   }
 }
 
+// 1024 threads per row, four loads in flight each: a vocabulary of 128k is 32 rounds, not 500
+// dependent ones.
+constexpr int kArgmaxThreads = 1024, kArgmaxUnroll = 4;
+
 __global__ void argmax_kernel(const float* x, int64_t V, int32_t* ids) {
   const float* row = x + blockIdx.x * V;
   float v = -INFINITY;
   int64_t idx = V;  // none yet: any real element beats it
-  for (int64_t i = threadIdx.x; i < V; i += kRowThreads) better(v, idx, row[i], i);
+  for (int64_t i0 = threadIdx.x; i0 < V; i0 += kArgmaxThreads * kArgmaxUnroll) {
+    float vals[kArgmaxUnroll];
+#pragma unroll
+    for (int u = 0; u < kArgmaxUnroll; ++u) {
+      const int64_t i = i0 + u * kArgmaxThreads;
+      vals[u] = i < V ? row[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kArgmaxUnroll; ++u) {
+      const int64_t i = i0 + u * kArgmaxThreads;
+      if (i < V) better(v, idx, vals[u], i);
+    }
+  }
   for (int o = 16; o > 0; o /= 2) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
     better(v, idx, ov, oi);
   }
-  __shared__ float vals[kRowThreads / 32];
-  __shared__ int64_t idxs[kRowThreads / 32];
+  __shared__ float vals[kArgmaxThreads / 32];
+  __shared__ int64_t idxs[kArgmaxThreads / 32];
   if (threadIdx.x % 32 == 0) {
     vals[threadIdx.x / 32] = v;
     idxs[threadIdx.x / 32] = idx;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kRowThreads / 32; ++w) better(v, idx, vals[w], idxs[w]);
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) better(v, idx, vals[w], idxs[w]);
     // A row of NaN or -inf only: index 0, as the CPU reference.
     ids[blockIdx.x] = static_cast<int32_t>(idx == V ? 0 : idx);
   }
@@ -64,7 +80,7 @@ void softmax(cudaStream_t s, float* x, int64_t R, int64_t V) {
 
 void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids) {
   if (R == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(R), kRowThreads, 0, s>>>(x, V, ids);
+  argmax_kernel<<<static_cast<unsigned>(R), kArgmaxThreads, 0, s>>>(x, V, ids);
   HEARTH_CUDA_LAUNCHED("argmax");
 }
 
