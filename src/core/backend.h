@@ -25,6 +25,13 @@ class Backend {
   virtual void rms_norm(Context&, const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
   virtual void rope(Context&, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) = 0;
   virtual void kv_write(Context&, const Tensor& k, const Tensor& v, const Tensor& slots, ops::KvLayer& cache) = 0;
+  // ops::rope_kv_write. Default: the three ops in turn.
+  virtual void rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                             const Tensor& inv_freq, float attention_factor, const Tensor& slots, ops::KvLayer& cache) {
+    rope(ctx, q, positions, inv_freq, attention_factor);
+    rope(ctx, k, positions, inv_freq, attention_factor);
+    kv_write(ctx, k, v, slots, cache);
+  }
   virtual void attention(Context&, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
                          float scale, int32_t window, Tensor& out) = 0;
   virtual void silu_mul(Context&, const Tensor& gate, const Tensor& up, Tensor& out) = 0;

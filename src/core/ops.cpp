@@ -214,7 +214,9 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor&
   backend_on(ctx, "rms_norm", {&x, &w, &y}).rms_norm(ctx, x, w, eps, y);
 }
 
-void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) {
+namespace {
+
+void expect_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   expect_dtype(x, DType::kF32, "rope", "x");
   expect_rank(x, 3, "rope", "x");
   expect_dtype(positions, DType::kI32, "rope", "positions");
@@ -223,10 +225,9 @@ void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_fr
          "expected positions [T], got " + positions.str() + " for x " + x.str());
   expect(inv_freq.rank() == 1 && 2 * inv_freq.dim(0) <= x.dim(2), "rope",
          "rotary dims " + std::to_string(2 * inv_freq.dim(0)) + " exceed head dim of " + x.str());
-  backend_on(ctx, "rope", {&x, &positions, &inv_freq}).rope(ctx, x, positions, inv_freq, attention_factor);
 }
 
-void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache) {
+void expect_kv_write(const Tensor& k, const Tensor& v, const Tensor& slots, const KvLayer& cache) {
   expect_dtype(k, DType::kF32, "kv_write", "k");
   expect_dtype(v, DType::kF32, "kv_write", "v");
   expect_dtype(slots, DType::kI32, "kv_write", "slots");
@@ -236,7 +237,29 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
          "kv_write",
          "expected k, v [T, Hkv, Dh], slots [T], cache [B, bs, Hkv, Dh]; got " + k.str() + ", " + v.str() + ", " +
              slots.str() + ", " + cache.k.str());
+}
+
+}  // namespace
+
+void rope(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_factor) {
+  expect_rope(x, positions, inv_freq);
+  backend_on(ctx, "rope", {&x, &positions, &inv_freq}).rope(ctx, x, positions, inv_freq, attention_factor);
+}
+
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache) {
+  expect_kv_write(k, v, slots, cache);
   backend_on(ctx, "kv_write", {&k, &v, &slots, &cache.k, &cache.v}).kv_write(ctx, k, v, slots, cache);
+}
+
+void rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                   float attention_factor, const Tensor& slots, KvLayer& cache) {
+  expect_rope(q, positions, inv_freq);
+  expect_rope(k, positions, inv_freq);
+  expect_kv_write(k, v, slots, cache);
+  expect(q.dim(0) == k.dim(0) && q.dim(2) == k.dim(2), "rope_kv_write",
+         "q " + q.str() + " and k " + k.str() + " differ in rows or head dim");
+  backend_on(ctx, "rope_kv_write", {&q, &k, &v, &positions, &inv_freq, &slots, &cache.k, &cache.v})
+      .rope_kv_write(ctx, q, k, v, positions, inv_freq, attention_factor, slots, cache);
 }
 
 void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,

@@ -71,6 +71,11 @@ struct KvLayer {
 // rounded to nearest even when the cache is f16 or bf16.
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots, KvLayer& cache);
 
+// rope(q), rope(k), then kv_write(k, v): an attention layer's step before attention, which a
+// backend may take in one pass (the GPU: one launch instead of three). Same checks and values.
+void rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                   float attention_factor, const Tensor& slots, KvLayer& cache);
+
 // Where each sequence of a flat batch lives in the paged KV cache.
 struct AttentionBatch {
   Tensor seq_starts;    // [S + 1] i32: sequence s owns query rows [seq_starts[s], seq_starts[s+1])

@@ -32,9 +32,7 @@ void Attention::add_to(Context& ctx, Tensor& residual, const Tensor& x, const Ba
   const Tensor vh = qkv[2].reshape({T, shape.n_kv_heads, shape.head_dim});
   if (q_norm.defined()) ops::rms_norm(ctx, qh, q_norm.weight, q_norm.eps, qh);
   if (k_norm.defined()) ops::rms_norm(ctx, kh, k_norm.weight, k_norm.eps, kh);
-  ops::rope(ctx, qh, batch.positions, rope.inv_freq, rope.attention_factor);
-  ops::rope(ctx, kh, batch.positions, rope.inv_freq, rope.attention_factor);
-  ops::kv_write(ctx, kh, vh, batch.slots, kv);
+  ops::rope_kv_write(ctx, qh, kh, vh, batch.positions, rope.inv_freq, rope.attention_factor, batch.slots, kv);
   Tensor attn = Tensor::empty(qh.shape(), DType::kF32, ctx.device);
   ops::attention(ctx, qh, kv, batch.attn, scale, window, attn);
   o.add_to(ctx, residual, attn.reshape({T, shape.n_heads * shape.head_dim}));

@@ -250,6 +250,57 @@ TEST(CudaOps, KvWriteRoundsLikeTheCpu) {
   }
 }
 
+// The fused op gives exactly what rope, rope and kv_write give one after the other (full and
+// partial rotary dims, GQA), and reports a bad slot as kv_write does.
+TEST(CudaOps, RopeKvWriteEqualsTheOpsItFuses) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(14);
+  Context ctx = gpu_ctx();
+  const int64_t blocks = 5, bs = 4, Hq = 6, Hkv = 2, Dh = 24, T = 6;
+  const std::vector<int32_t> slots = {0, 19, 4, 5, 11, 2}, pos = {0, 7, 300, 4095, 12, 1};
+  const std::vector<float> q = random_floats(rng, size_t(T * Hq * Dh), -4.0f, 4.0f),
+                           k = random_floats(rng, size_t(T * Hkv * Dh), -4.0f, 4.0f),
+                           v = random_floats(rng, size_t(T * Hkv * Dh));
+  for (int64_t half : {Dh / 2, Dh / 4}) {
+    std::vector<float> inv_freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -float(i) / float(half));
+    for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+      Tensor q1 = on_gpu({T, Hq, Dh}, q), k1 = on_gpu({T, Hkv, Dh}, k), q2 = on_gpu({T, Hq, Dh}, q),
+             k2 = on_gpu({T, Hkv, Dh}, k);
+      const Tensor vg = on_gpu({T, Hkv, Dh}, v), pg = on_gpu_i32({T}, pos), sg = on_gpu_i32({T}, slots),
+                   fg = on_gpu({half}, inv_freq);
+      ops::KvLayer apart{Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu),
+                         Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu)};
+      ops::KvLayer fused{Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu),
+                         Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu)};
+      ops::rope(ctx, q1, pg, fg, 1.25f);
+      ops::rope(ctx, k1, pg, fg, 1.25f);
+      ops::kv_write(ctx, k1, vg, sg, apart);
+      ops::rope_kv_write(ctx, q2, k2, vg, pg, fg, 1.25f, sg, fused);
+      const std::string what = std::string(dtype_name(type)) + " half=" + std::to_string(half);
+      EXPECT_EQ(to_host<float>(q2), to_host<float>(q1)) << what;
+      EXPECT_EQ(to_host<float>(k2), to_host<float>(k1)) << what;
+      for (auto [want, got] : {std::pair{&apart.k, &fused.k}, std::pair{&apart.v, &fused.v}}) {
+        const Tensor a = want->to_device(kCpu), b = got->to_device(kCpu);
+        EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
+      }
+    }
+  }
+  ops::KvLayer cache{Tensor::zeros({blocks, bs, Hkv, Dh}, DType::kF16, kGpu),
+                     Tensor::zeros({blocks, bs, Hkv, Dh}, DType::kF16, kGpu)};
+  Tensor q1 = on_gpu({1, Hq, Dh}, std::vector<float>(size_t(Hq * Dh))),
+         k1 = on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(Hkv * Dh)));
+  ops::rope_kv_write(ctx, q1, k1, on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(Hkv * Dh))), on_gpu_i32({1}, {3}),
+                     on_gpu({Dh / 2}, std::vector<float>(size_t(Dh / 2), 1.0f)), 1.0f, on_gpu_i32({1}, {-1}), cache);
+  try {
+    ops::check_errors(ctx);
+    ADD_FAILURE() << "a negative slot was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_write: slot -1 outside the pool of 20 slots"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Decode sizes (T <= 8) take the matvec kernel, larger ones cuBLAS; 16-bit weights with T > 8
 // round x to their type: |dy| <= (eps_x + 1e-6) sum_k |x_k w_k| + 1e-5 (1 + |y|), eps_x = 2^-8
 // (bf16), 2^-11 (f16), 0 otherwise; 1e-6 covers f32 sums taken in another order.

@@ -148,6 +148,25 @@ class CudaBackend final : public Backend {
                    slots.data<int32_t>(), n_slots, cache.k.raw(), cache.v.raw(), cache.k.dtype(), errors(ctx.device));
   }
 
+  void rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                     const Tensor& inv_freq, float attention_factor, const Tensor& slots,
+                     ops::KvLayer& cache) override {
+    const RopeKvArgs a{q.data<float>(),
+                       k.data<float>(),
+                       v.data<float>(),
+                       q.dim(0),
+                       q.dim(1),
+                       k.dim(1),
+                       q.dim(2),
+                       positions.data<int32_t>(),
+                       inv_freq.data<float>(),
+                       inv_freq.dim(0),
+                       attention_factor,
+                       slots.data<int32_t>(),
+                       cache.k.dim(0) * cache.k.dim(1)};
+    cuda::rope_kv_write(use_device(ctx.device), a, cache.k.raw(), cache.v.raw(), cache.k.dtype(), errors(ctx.device));
+  }
+
   void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
                  float scale, int32_t window, Tensor& out) override {
     const AttentionArgs a = attention_args(q, cache, batch, scale, window, out);

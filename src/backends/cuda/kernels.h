@@ -20,6 +20,23 @@ void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t rows, int6
 void rope(cudaStream_t s, float* x, int64_t T, int64_t H, int64_t Dh, const int32_t* positions, const float* inv_freq,
           int64_t half, float attention_factor);
 
+// ops::rope_kv_write in one launch: q [T, Hq, Dh] and k [T, Hkv, Dh] rotated in place as rope
+// does, then k and v [T, Hkv, Dh] into cache slots as kv_write does (caches [n_slots, Hkv * Dh]
+// of `type`; a bad slot is skipped and reported in `errors`).
+struct RopeKvArgs {
+  float* q;
+  float* k;
+  const float* v;
+  int64_t T, Hq, Hkv, Dh;
+  const int32_t* positions;
+  const float* inv_freq;
+  int64_t half;
+  float factor;
+  const int32_t* slots;
+  int64_t n_slots;
+};
+void rope_kv_write(cudaStream_t s, const RopeKvArgs& a, void* k_cache, void* v_cache, DType type, int32_t* errors);
+
 // out[i] = silu(g[i]) * u[i] over n (out may be g); a[i] += b[i] over n.
 void silu_mul(cudaStream_t s, const float* g, const float* u, int64_t n, float* out);
 void add(cudaStream_t s, float* a, const float* b, int64_t n);
