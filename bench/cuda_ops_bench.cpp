@@ -7,12 +7,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/device_memory.h"
+#include "core/dtype.h"
+#include "core/ggml_blocks.h"
 #include "core/ops.h"
 #include "core/quant.h"
 
@@ -157,6 +160,29 @@ int main(int argc, char** argv) {
              }),
              bytes, m.per_step, &matmul_us[f]);
     }
+  }
+
+  // GGUF Q4_K (llama.cpp's Q4_K_M layers), random blocks with small f16 scales.
+  for (const Mat& m : {Mat{"q4_k matvec q/o [4096, 4096]", {D}, D, 0}, Mat{"q4_k matvec gate/up [14336, 4096]", {F}, D, 0},
+                       Mat{"q4_k matvec down [4096, 14336]", {D}, F, 0}}) {
+    const int64_t N = m.N[0], bytes = static_cast<int64_t>(row_bytes(GgmlType::kQ4_K, m.K));
+    Tensor blocks = Tensor::empty({N, bytes}, DType::kU8);
+    uint8_t* b = blocks.data<uint8_t>();
+    for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    for (int64_t at = 0; at < blocks.numel(); at += 144) {
+      const uint16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(0.02f);
+      std::memcpy(b + at, &d, 2);
+      std::memcpy(b + at + 2, &dmin, 2);
+    }
+    const QuantizedMatrix host = ggml_quantized(GgmlType::kQ4_K, N, m.K, blocks);
+    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / static_cast<double>(blocks.nbytes()))));
+    std::vector<QuantizedMatrix> w;
+    for (int c = 0; c < copies; ++c) w.push_back(backend_for(gpu).prepare(host, gpu));
+    const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
+    Tensor y = Tensor::empty({T, N}, DType::kF32, gpu);
+    double unused_q4k = 0;
+    report(m.name, time_op(ctx, [&](int i) { ops::quantized_matmul(ctx, xin, w[static_cast<size_t>(i % copies)], {}, y); }),
+           static_cast<double>(blocks.nbytes()), 0, &unused_q4k);
   }
 
   // Prefill's matmul: cuBLAS bf16 GEMM (x rounded to bf16 first, as ops::matmul does for 2048

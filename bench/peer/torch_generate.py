@@ -41,7 +41,14 @@ def main():
     a = p.parse_args()
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).cuda().eval()
     if a.compile:
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+        def forward(*args, **kwargs):
+            # Each call is a new step for the CUDA graphs: the static cache is written in place.
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(*args, **kwargs)
+
+        model.forward = forward
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, model.config.vocab_size, (1, a.prompt_tokens), generator=g).cuda()
 

@@ -604,8 +604,9 @@ cpu::GgmlMatrix cpu_blocks(const QuantizedMatrix& q) {
   return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1))};
 }
 
-// GGUF k-quants: decode sizes per element in f32 (as the f32 matmul), prefill through a bf16
-// dequantized matrix (as the affine prefill); embedding rows bit-identical.
+// GGUF k-quants: decode sizes of Q4_K as integer dots (x rounded to int8 per 32 values), of Q6_K
+// per element in f32 (as the f32 matmul), prefill through a bf16 dequantized matrix (as the
+// affine prefill); embedding rows bit-identical.
 TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(12);
@@ -614,6 +615,15 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 1024}}) {
       const QuantizedMatrix q = random_k_quants(rng, type, N, K);
       const Tensor dense = dequantize(q);
+      // Q4_K decode rows round x to int8 per 32 values: the bound gains sum_k |d sc q_k| dx / 2,
+      // d sc q_k being each weight without its min term (the blocks with dmin = 0).
+      QuantizedMatrix no_min = q;
+      no_min.packed = Tensor::empty(q.packed.shape(), DType::kU8);
+      std::memcpy(no_min.packed.raw(), q.packed.raw(), q.packed.nbytes());
+      uint8_t* bytes = no_min.packed.data<uint8_t>();
+      for (int64_t at = 0; type == GgmlType::kQ4_K && at < no_min.packed.numel(); at += 144)
+        bytes[at + 2] = bytes[at + 3] = 0;
+      const Tensor scaled = dequantize(no_min);
       for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 33}) {
         const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
         std::vector<float> want(size_t(T * N));
@@ -622,12 +632,20 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
         ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
         const std::vector<float> got = to_host<float>(y);
         const double eps = T <= 8 ? 0.0 : 2.0 / 256;
+        const bool int8_x = T <= 8 && type == GgmlType::kQ4_K;
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t n = 0; n < N; ++n) {
-            double abs_dot = 0;
-            for (int64_t k = 0; k < K; ++k) abs_dot += std::abs(x[size_t(t * K + k)] * dense.data<float>()[n * K + k]);
+            double abs_dot = 0, rounding = 0;
+            for (int64_t j = 0; j < K / 32; ++j) {
+              float amax = 0;
+              for (int64_t k = 32 * j; k < 32 * j + 32; ++k) amax = std::max(amax, std::abs(x[size_t(t * K + k)]));
+              for (int64_t k = 32 * j; k < 32 * j + 32; ++k) {
+                abs_dot += std::abs(x[size_t(t * K + k)] * dense.data<float>()[n * K + k]);
+                if (int8_x) rounding += std::abs(scaled.data<float>()[n * K + k]) * amax / 127 / 2;
+              }
+            }
             const size_t i = size_t(t * N + n);
-            ASSERT_LE(std::abs(got[i] - want[i]), (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
+            ASSERT_LE(std::abs(got[i] - want[i]), rounding + (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
                 << ggml_type_name(type) << " T=" << T << " N=" << N << " K=" << K << " at (" << t << ", " << n << ")";
           }
         }

@@ -308,7 +308,7 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
     return;
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __shared__ float qs[kGroup][kDh];
+  __shared__ __align__(16) float qs[kGroup][kDh];
   __shared__ float ps[kDecodeWarps][kGroup][32];
   // The warps' V rows, later their states for the merge.
   constexpr int kVBytes = kDecodeWarps * 32 * kDh * static_cast<int>(sizeof(T));
@@ -361,11 +361,18 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
 #pragma unroll
     for (int i = 0; i < kPieces; ++i) {
       const T* e = reinterpret_cast<const T*>(&kr[i]);
+      float kv[kPer];
 #pragma unroll
-      for (int c = 0; c < kPer; ++c) {
-        const float kv = widen(e[c]);
+      for (int c = 0; c < kPer; ++c) kv[c] = widen(e[c]);
 #pragma unroll
-        for (int h = 0; h < kGroup; ++h) s[h] += qs[h][i * kPer + c] * kv;
+      for (int h = 0; h < kGroup; ++h) {
+        // q's 8 dims of this piece as two 16-byte loads (the same address in every lane).
+        const float4* q4 = reinterpret_cast<const float4*>(&qs[h][i * kPer]);
+#pragma unroll
+        for (int c4 = 0; c4 < kPer / 4; ++c4) {
+          const float4 qv = q4[c4];
+          s[h] += qv.x * kv[4 * c4] + qv.y * kv[4 * c4 + 1] + qv.z * kv[4 * c4 + 2] + qv.w * kv[4 * c4 + 3];
+        }
       }
     }
 #pragma unroll

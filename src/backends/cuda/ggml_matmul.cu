@@ -2,15 +2,20 @@
 // packed [N, row_bytes] u8. Q4_0 and Q8_0 never get here: the loader repacks them as symmetric
 // affine codes (quant_matmul.cu).
 //
-// Each element is decoded on its own (its block's scales are read again from L1): decode
-// (T <= 8) is one warp per row over the elements, prefill dequantizes the matrix to bf16 and
-// takes the dense GEMM, embedding rows are decoded exactly as the CPU reference computes them.
-// Correct, not yet fast.
+// Q4_K decode rows (T <= 8) take integer dots: x rounded to int8 per 32 values (a Q4_K
+// sub-block; prepared_x.cuh), then per 16 bytes of codes (half of each of two sub-blocks: the
+// low nibbles of bytes 32c..32c+31 are sub-block 2c, the high ones 2c+1) 8 dp4a and one float
+// step per sub-block: d * scale * dx * isum, and - dmin * min * sum(x) once per sub-block. Q6_K
+// decodes each element on its own (its block's scales read again from L1), one warp per row:
+// correct, not yet fast. Prefill dequantizes the matrix to bf16 and takes the dense GEMM;
+// embedding rows are decoded exactly as the CPU reference computes them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/loads.cuh"
+#include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
 
 namespace hearth::cuda {
@@ -56,6 +61,95 @@ __device__ inline float element(const GgmlArgs& w, int64_t n, int64_t k) {
   const int64_t b = k / 256;
   const int i = static_cast<int>(k % 256);
   return w.type == GgmlType::kQ4_K ? q4_k_element(row + b * 144, i) : q6_k_element(row + b * 210, i);
+}
+
+// Byte i (0..11) of a Q4_K block's scales, from its 16-byte head held in registers (a computed
+// index into a byte array there would put the head in local memory).
+__device__ inline int scale_byte(const uint4& head, int i) {
+  const uint32_t word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
+  return static_cast<int>((word >> (8 * (i % 4))) & 0xFFu);
+}
+
+// The 6-bit scale and min of sub-block j (0..7), as q4_k_element decodes them.
+__device__ inline void q4_k_scale_min(const uint4& head, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = scale_byte(head, j) & 63;
+    *m = scale_byte(head, j + 4) & 63;
+  } else {
+    *sc = (scale_byte(head, j + 4) & 0xF) | ((scale_byte(head, j - 4) >> 6) << 4);
+    *m = (scale_byte(head, j + 4) >> 4) | ((scale_byte(head, j) >> 6) << 4);
+  }
+}
+
+// One warp per row; lane by lane over the row's 16-byte pieces of codes (8 per 144-byte block:
+// piece p = 2c + h holds bytes 32c + 16h .. + 15 of qs), four in flight, each with its block's
+// 16-byte head (d, dmin, scales).
+template <int kT>
+__global__ void q4_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, float* y) {
+  constexpr int kUnroll = 4;
+  constexpr uint32_t kLow = 0x0F0F0F0Fu;
+  const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= w.N) return;
+  const int K = static_cast<int>(w.K), pieces = K / 256 * 8, G = K / 32;
+  const uint8_t* row = w.blocks + n * w.row_bytes;
+  float acc[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+  for (int v0 = lane; v0 < pieces; v0 += 32 * kUnroll) {
+    uint4 codes[kUnroll], head[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = min(v0 + 32 * u, pieces - 1);
+      const uint8_t* block = row + (v / 8) * 144;
+      head[u] = load_stream(block);
+      codes[u] = load_stream(block + 16 + (v % 8) * 16);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + 32 * u;
+      if (v >= pieces) break;
+      const int b = v / 8, c = (v % 8) / 2, h = v % 2;
+      const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(head[u].x & 0xFFFFu)));
+      const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(head[u].x >> 16)));
+      int sc_lo, m_lo, sc_hi, m_hi;
+      q4_k_scale_min(head[u], 2 * c, &sc_lo, &m_lo);
+      q4_k_scale_min(head[u], 2 * c + 1, &sc_hi, &m_hi);
+      const int k_lo = b * 256 + c * 64 + 16 * h, sub_lo = b * 8 + 2 * c;  // k_hi = k_lo + 32
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const int4 xa = *reinterpret_cast<const int4*>(x.q + t * K + k_lo);
+        const int4 xb = *reinterpret_cast<const int4*>(x.q + t * K + k_lo + 32);
+        const uint4& q = codes[u];
+        int lo = __dp4a(static_cast<int>(q.x & kLow), xa.x, 0);
+        lo = __dp4a(static_cast<int>(q.y & kLow), xa.y, lo);
+        lo = __dp4a(static_cast<int>(q.z & kLow), xa.z, lo);
+        lo = __dp4a(static_cast<int>(q.w & kLow), xa.w, lo);
+        int hi = __dp4a(static_cast<int>((q.x >> 4) & kLow), xb.x, 0);
+        hi = __dp4a(static_cast<int>((q.y >> 4) & kLow), xb.y, hi);
+        hi = __dp4a(static_cast<int>((q.z >> 4) & kLow), xb.z, hi);
+        hi = __dp4a(static_cast<int>((q.w >> 4) & kLow), xb.w, hi);
+        const float* dx = x.dx + t * G + sub_lo;
+        float part = d * (static_cast<float>(sc_lo) * dx[0] * static_cast<float>(lo) +
+                          static_cast<float>(sc_hi) * dx[1] * static_cast<float>(hi));
+        if (h == 0) {  // each sub-block's min term once, with its first half
+          const float* sum = x.sum + t * G + sub_lo;
+          part -= dmin * (static_cast<float>(m_lo) * sum[0] + static_cast<float>(m_hi) * sum[1]);
+        }
+        acc[t] += part;
+      }
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    const float total = warp_sum(acc[t]);
+    if (lane == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
+template <int kT>
+void q4_k_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
+               void* scratch) {
+  const PreparedX px = prepare_x<8>(s, x, T, w.K, 32, scratch);
+  q4_k_dp4a_kernel<kT><<<blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(w, px, bias, y);
 }
 
 template <int kT>
@@ -105,6 +199,21 @@ bool ggml_has_kernels(GgmlType type) { return type == GgmlType::kQ4_K || type ==
 void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const GgmlArgs& w, const float* bias, float* y,
                  void* scratch) {
   if (T == 0 || w.N == 0) return;
+  // The integer kernel reads 16-byte pieces: rows (144-byte blocks) start 16-byte aligned.
+  if (T <= kMatvecRows && w.type == GgmlType::kQ4_K && reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0) {
+    switch (T) {
+      case 1: q4_k_dp4a<1>(s, w, x, T, bias, y, scratch); break;
+      case 2: q4_k_dp4a<2>(s, w, x, T, bias, y, scratch); break;
+      case 3: q4_k_dp4a<3>(s, w, x, T, bias, y, scratch); break;
+      case 4: q4_k_dp4a<4>(s, w, x, T, bias, y, scratch); break;
+      case 5: q4_k_dp4a<5>(s, w, x, T, bias, y, scratch); break;
+      case 6: q4_k_dp4a<6>(s, w, x, T, bias, y, scratch); break;
+      case 7: q4_k_dp4a<7>(s, w, x, T, bias, y, scratch); break;
+      default: q4_k_dp4a<kMatvecRows>(s, w, x, T, bias, y, scratch); break;
+    }
+    HEARTH_CUDA_LAUNCHED("Q4_K matvec");
+    return;
+  }
   if (T <= kMatvecRows) {
     switch (T) {
       case 1: matvec<1>(s, w, x, bias, y); break;

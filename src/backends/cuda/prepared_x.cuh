@@ -1,0 +1,80 @@
+// x rounded to int8 per group for the integer matvec kernels (quant_matmul.cu for MLX affine,
+// ggml_matmul.cu for Q4_K): xq = rint(x / dx), dx = max|x| / 127 per group, exactly as the
+// CPU's VNNI kernels round it, with each group's exact sum of x.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/reduce.cuh"
+
+namespace hearth::cuda {
+namespace {
+
+constexpr int kPrepareWarps = 8;  // per block of prepare_x_kernel
+
+// x as the integer kernel reads it (scratch): dx and sum per (row t, group) [T, G] f32, then xq
+// [T, K] i8 from the next 16 bytes.
+struct PreparedX {
+  float* dx;
+  float* sum;
+  int8_t* q;
+};
+inline PreparedX prepared_x(void* scratch, int64_t T, int64_t K, int group_size) {
+  float* f = static_cast<float*>(scratch);
+  const int64_t TG = T * (K / group_size);
+  return {f, f + TG, reinterpret_cast<int8_t*>(f + (2 * TG + 3) / 4 * 4)};  // xq 16-byte aligned
+}
+
+// Where element k of a row goes in xq: 4-bit words take each 8 codes' even then odd ones.
+template <int kBits>
+__device__ inline int64_t xq_index(int64_t k) {
+  if constexpr (kBits == 4) {
+    const int e = static_cast<int>(k % 8);
+    return k - e + (e % 2 == 0 ? e / 2 : 4 + e / 2);
+  } else {
+    return k;
+  }
+}
+
+// One warp per (row t, group g) of x: [T, K]; 4-bit codes take each 8 values' even then odd ones
+// (xq_index), others natural order.
+template <int kBits>
+__global__ void prepare_x_kernel(const float* x, int64_t T, int64_t K, int group_size, PreparedX out) {
+  const int64_t G = K / group_size, at = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (at >= T * G) return;
+  const int64_t t = at / G, first = t * K + (at % G) * group_size;
+  float m = 0.0f, sum = 0.0f;
+  for (int k = lane; k < group_size; k += 32) {
+    const float v = x[first + k];
+    m = fmaxf(m, fabsf(v));
+    sum += v;
+  }
+  m = warp_max(m);
+  sum = warp_sum(sum);
+  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  for (int k = lane; k < group_size; k += 32) {
+    // Round to nearest even, as the CPU's conversion does (no fused multiply-add before it).
+    out.q[first + xq_index<kBits>(k)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(x[first + k], inv)));
+  }
+  if (lane == 0) {
+    out.dx[at] = m / 127.0f;
+    out.sum[at] = sum;
+  }
+}
+
+// Queues prepare_x_kernel for x: [T, K] into scratch; returns where it lands.
+template <int kBits>
+PreparedX prepare_x(cudaStream_t s, const float* x, int64_t T, int64_t K, int group_size, void* scratch) {
+  const PreparedX px = prepared_x(scratch, T, K, group_size);
+  const int64_t groups = T * (K / group_size);
+  prepare_x_kernel<kBits>
+      <<<static_cast<unsigned>((groups + kPrepareWarps - 1) / kPrepareWarps), kPrepareWarps * 32, 0, s>>>(
+          x, T, K, group_size, px);
+  return px;
+}
+
+}  // namespace
+}  // namespace hearth::cuda
