@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """PyTorch + transformers beside `hearth bench` on the same model directory and GPU.
 
-Greedy generation from random prompt ids with a static KV cache (transformers' fastest
-generate path; --compile adds torch.compile of the forward). Prefill tok/s = prompt /
-time to the first token; decode tok/s = (gen - 1) / time from the first to the last token;
-the median over --reps runs after one warm-up, as hearth bench and bench/peer/compare.mjs.
+Greedy generation from random prompt ids through transformers' fastest batch-1 path: a static
+KV cache, with which generate() itself compiles the decode step (torch.compile,
+mode="reduce-overhead": CUDA graphs; the prefill stays eager). --eager turns that compile off.
+Prefill tok/s = prompt / time to the first token; decode tok/s = (gen - 1) / time from the
+first to the last token; the median over --reps runs after one warm-up of the same lengths,
+as hearth bench and bench/peer/compare.mjs.
 
   python3 bench/peer/torch_generate.py MODEL_DIR [--prompt-tokens 512] [--gen-tokens 128]
-          [--reps 3] [--dtype bfloat16] [--compile]
+          [--reps 3] [--dtype bfloat16] [--eager]
 """
 import argparse
 import statistics
 import time
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, StoppingCriteria, StoppingCriteriaList
+from transformers.generation import CompileConfig
 
 
 class FirstToken(StoppingCriteria):
@@ -37,40 +41,40 @@ def main():
     p.add_argument("--gen-tokens", type=int, default=128)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--compile", action="store_true")
+    p.add_argument("--eager", action="store_true", help="no torch.compile of the decode step")
     a = p.parse_args()
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=getattr(torch, a.dtype)).cuda().eval()
-    if a.compile:
-        compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-
-        def forward(*args, **kwargs):
-            # Each call is a new step for the CUDA graphs: the static cache is written in place.
-            torch.compiler.cudagraph_mark_step_begin()
-            return compiled(*args, **kwargs)
-
-        model.forward = forward
+    # generate() compiles model.__call__ for the decode steps when the cache is static (on CUDA);
+    # wrapping model.forward in torch.compile as well would compile inside that compile. The
+    # config is spelled out so that the path does not move with transformers' defaults, and
+    # fullgraph makes a graph break an error instead of a silent split.
+    model.generation_config.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode="reduce-overhead")
+    model.generation_config.disable_compile = a.eager
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, model.config.vocab_size, (1, a.prompt_tokens), generator=g).cuda()
 
-    def run(gen):
+    def run():
         first = FirstToken()
         torch.cuda.synchronize()
         start = time.perf_counter()
-        out = model.generate(prompt, max_new_tokens=gen, min_new_tokens=gen, do_sample=False,
+        out = model.generate(prompt, max_new_tokens=a.gen_tokens, min_new_tokens=a.gen_tokens, do_sample=False,
                              cache_implementation="static", stopping_criteria=StoppingCriteriaList([first]),
                              pad_token_id=0)
         torch.cuda.synchronize()
         end = time.perf_counter()
-        assert out.shape[1] == a.prompt_tokens + gen
-        return a.prompt_tokens / (first.first - start), (gen - 1) / (end - first.first)
+        assert out.shape[1] == a.prompt_tokens + a.gen_tokens
+        return a.prompt_tokens / (first.first - start), (a.gen_tokens - 1) / (end - first.first)
 
-    with torch.inference_mode():
-        run(min(a.gen_tokens, 8))
-        runs = [run(a.gen_tokens) for _ in range(a.reps)]
+    # The warm-up has the timed runs' lengths: the static cache is sized prompt + gen, and a
+    # cache of another size is a new shape, so the first timed run would compile again.
+    run()
+    runs = [run() for _ in range(a.reps)]
+    compiled = getattr(model, "_compiled_call", None) is not None
     pp = statistics.median(r[0] for r in runs)
     tg = statistics.median(r[1] for r in runs)
-    print(f"torch {torch.__version__} transformers, {torch.cuda.get_device_name()}, static cache"
-          f"{' + torch.compile' if a.compile else ''}: pp{a.prompt_tokens} {pp:.1f} tok/s, tg{a.gen_tokens} {tg:.2f} tok/s")
+    print(f"torch {torch.__version__} transformers {transformers.__version__}, {torch.cuda.get_device_name()}, "
+          f"static cache{' + torch.compile of decode (CUDA graphs)' if compiled else ', eager'}: "
+          f"pp{a.prompt_tokens} {pp:.1f} tok/s, tg{a.gen_tokens} {tg:.2f} tok/s")
 
 
 if __name__ == "__main__":
