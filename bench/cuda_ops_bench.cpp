@@ -163,19 +163,29 @@ int main(int argc, char** argv) {
     }
   }
 
-  // GGUF Q4_K (llama.cpp's Q4_K_M layers), random blocks with small f16 scales.
-  for (const Mat& m : {Mat{"q4_k matvec q/o [4096, 4096]", {D}, D, 0}, Mat{"q4_k matvec gate/up [14336, 4096]", {F}, D, 0},
-                       Mat{"q4_k matvec down [4096, 14336]", {D}, F, 0}}) {
-    const int64_t N = m.N[0], bytes = static_cast<int64_t>(row_bytes(GgmlType::kQ4_K, m.K));
+  // GGUF k-quants as llama.cpp's Q4_K_M stores them (Q4_K layers; Q6_K for some down projections
+  // and the LM head), random blocks with small f16 scales.
+  struct KQuantMat {
+    GgmlType type;
+    Mat m;
+  };
+  for (const KQuantMat& k : {KQuantMat{GgmlType::kQ4_K, {"q4_k matvec q/o [4096, 4096]", {D}, D, 0}},
+                             KQuantMat{GgmlType::kQ4_K, {"q4_k matvec gate/up [14336, 4096]", {F}, D, 0}},
+                             KQuantMat{GgmlType::kQ4_K, {"q4_k matvec down [4096, 14336]", {D}, F, 0}},
+                             KQuantMat{GgmlType::kQ6_K, {"q6_k matvec down [4096, 14336]", {D}, F, 0}},
+                             KQuantMat{GgmlType::kQ6_K, {"q6_k matvec lm_head [128256, 4096]", {V}, D, 0}}}) {
+    const Mat& m = k.m;
+    const int64_t N = m.N[0], bytes = static_cast<int64_t>(row_bytes(k.type, m.K));
+    const int64_t block_bytes = k.type == GgmlType::kQ4_K ? 144 : 210, scales_at = k.type == GgmlType::kQ4_K ? 0 : 208;
     Tensor blocks = Tensor::empty({N, bytes}, DType::kU8);
     uint8_t* b = blocks.data<uint8_t>();
     for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-    for (int64_t at = 0; at < blocks.numel(); at += 144) {
+    for (int64_t at = 0; at < blocks.numel(); at += block_bytes) {
       const uint16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(0.02f);
-      std::memcpy(b + at, &d, 2);
-      std::memcpy(b + at + 2, &dmin, 2);
+      std::memcpy(b + at + scales_at, &d, 2);
+      if (k.type == GgmlType::kQ4_K) std::memcpy(b + at + 2, &dmin, 2);
     }
-    const QuantizedMatrix host = ggml_quantized(GgmlType::kQ4_K, N, m.K, blocks);
+    const QuantizedMatrix host = ggml_quantized(k.type, N, m.K, blocks);
     const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / static_cast<double>(blocks.nbytes()))));
     std::vector<QuantizedMatrix> w;
     for (int c = 0; c < copies; ++c) w.push_back(backend_for(gpu).prepare(host, gpu));

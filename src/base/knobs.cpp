@@ -18,6 +18,10 @@ const std::vector<KnobInfo>& all_knobs() {
       {"HEARTH_DEVICE_GRAPHS", "1",
        "GPU decode steps (up to 8 sequences) replay a recorded CUDA graph: 1, or 0 to launch "
        "kernel by kernel (for comparison and debugging)."},
+      {"HEARTH_CUDA_PDL", "1",
+       "On GPUs of compute capability 9.0 and later a kernel may start before the previous one "
+       "ends (programmatic dependent launch; it waits for its inputs): 1, or 0 for strictly "
+       "serial kernels (for comparison). Read when a device is first used."},
       {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
       {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
       {"HF_HOME", "",
@@ -66,11 +70,18 @@ namespace knobs {
 
 std::string isa() { return knob_text("HEARTH_ISA"); }
 
-bool device_graphs() {
-  const std::string text = knob_text("HEARTH_DEVICE_GRAPHS");
-  if (text != "0" && text != "1") throw InputError("HEARTH_DEVICE_GRAPHS: expected 0 or 1, got '" + text + "'");
+namespace {
+// A knob that is 0 or 1.
+bool flag(std::string_view env) {
+  const std::string text = knob_text(env);
+  if (text != "0" && text != "1") throw InputError(std::string(env) + ": expected 0 or 1, got '" + text + "'");
   return text == "1";
 }
+}  // namespace
+
+bool device_graphs() { return flag("HEARTH_DEVICE_GRAPHS"); }
+
+bool cuda_pdl() { return flag("HEARTH_CUDA_PDL"); }
 
 int threads() {
   const std::string text = knob_text("HEARTH_THREADS");

@@ -29,6 +29,8 @@ std::string isa();
 int threads();
 // Whether GPU decode steps replay recorded device graphs (HEARTH_DEVICE_GRAPHS, default on).
 bool device_graphs();
+// Whether CUDA kernels may start early, waiting for their inputs (HEARTH_CUDA_PDL, default on).
+bool cuda_pdl();
 // Hearth's cache directory: $XDG_CACHE_HOME/hearth, else $HOME/.cache/hearth; "" when neither is set.
 std::string cache_dir();
 }  // namespace knobs

@@ -605,9 +605,9 @@ cpu::GgmlMatrix cpu_blocks(const QuantizedMatrix& q) {
   return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1))};
 }
 
-// GGUF k-quants: decode sizes of Q4_K as integer dots (x rounded to int8 per 32 values), of Q6_K
-// per element in f32 (as the f32 matmul), prefill through a bf16 dequantized matrix (as the
-// affine prefill); embedding rows bit-identical.
+// GGUF k-quants: decode sizes as integer dots (x rounded to int8 per 32 values), prefill through
+// a bf16 dequantized matrix (as the affine prefill); embedding rows bit-identical. K = 256 gives
+// Q6_K rows that start 2 bytes off a word (210-byte rows).
 TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(12);
@@ -616,8 +616,8 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 1024}}) {
       const QuantizedMatrix q = random_k_quants(rng, type, N, K);
       const Tensor dense = dequantize(q);
-      // Q4_K decode rows round x to int8 per 32 values: the bound gains sum_k |d sc q_k| dx / 2,
-      // d sc q_k being each weight without its min term (the blocks with dmin = 0).
+      // Decode rows round x to int8 per 32 values: the bound gains sum_k |d sc q_k| dx / 2, d sc q_k
+      // being each weight without its min term (Q4_K blocks with dmin = 0; Q6_K has none).
       QuantizedMatrix no_min = q;
       no_min.packed = Tensor::empty(q.packed.shape(), DType::kU8);
       std::memcpy(no_min.packed.raw(), q.packed.raw(), q.packed.nbytes());
@@ -633,7 +633,7 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
         ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
         const std::vector<float> got = to_host<float>(y);
         const double eps = T <= 8 ? 0.0 : 2.0 / 256;
-        const bool int8_x = T <= 8 && type == GgmlType::kQ4_K;
+        const bool int8_x = T <= 8;
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t n = 0; n < N; ++n) {
             double abs_dot = 0, rounding = 0;

@@ -4,6 +4,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "base/error.h"
 
@@ -29,6 +31,24 @@ TEST(Knobs, UndeclaredKnobIsAnError) { EXPECT_THROW(knob_text("HEARTH_NOPE"), In
 TEST(Knobs, BadThreadCountIsAnError) {
   const KnobOverride o("HEARTH_THREADS", "many");
   EXPECT_THROW(knobs::threads(), InputError);
+}
+
+TEST(Knobs, FlagsAreZeroOrOne) {
+  const std::pair<const char*, bool (*)()> flags[] = {{"HEARTH_DEVICE_GRAPHS", knobs::device_graphs},
+                                                      {"HEARTH_CUDA_PDL", knobs::cuda_pdl}};
+  for (const auto& [env, read] : flags) {
+    {
+      const KnobOverride o(env, "0");
+      EXPECT_FALSE(read()) << env;
+    }
+    const KnobOverride o(env, "yes");
+    try {
+      (void)read();
+      ADD_FAILURE() << env << "=yes was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(env), std::string::npos) << e.what();
+    }
+  }
 }
 
 // docs/knobs.md is generated from the declarations (`hearth knobs --markdown`).

@@ -23,6 +23,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/reduce.cuh"
 #include "base/error.h"
 
@@ -119,6 +120,7 @@ __device__ void attend(const AttentionArgs& a, int64_t t, int64_t h, const RowPl
 
 template <typename T>
 __global__ void attention_kernel(AttentionArgs a) {
+  wait_for_previous();
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const RowPlace p = place_of(a, t);
   __shared__ float acc[32 * kMaxDimsPerLane];
@@ -142,6 +144,7 @@ constexpr int kTileMaxDh = 128;
 
 template <typename T>
 __global__ void attention_tile_kernel(AttentionArgs a) {
+  wait_for_previous();
   const int64_t h = blockIdx.y, t0 = blockIdx.x * static_cast<int64_t>(kTileRows);
   const int64_t t_end = min(a.T, t0 + kTileRows);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -265,6 +268,7 @@ __global__ void attention_tile_kernel(AttentionArgs a) {
 // partial: [T, Hq, kSplits, Dh] unnormalized sums; stats: [T, Hq, kSplits] (M, L).
 template <typename T>
 __global__ void attention_split_kernel(AttentionArgs a, float* partial, float2* stats) {
+  wait_for_previous();
   const int64_t t = blockIdx.x, h = blockIdx.y, z = blockIdx.z;
   const RowPlace p = place_of(a, t);
   const int64_t n = p.c - p.lo + 1, round = 2 * kSplitWarps;
@@ -293,6 +297,7 @@ constexpr int kDecodeWarps = 4, kDecodeKeys = 32 * kDecodeWarps, kMaxGroup = 8;
 
 template <typename T, int kDh, int kGroup>
 __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2* stats) {
+  wait_for_previous();
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte piece
   constexpr int kPieces = kDh / kPer;                     // of a K or V row
   constexpr int kLaneDims = kDh / 32;
@@ -439,13 +444,13 @@ void launch_decode(cudaStream_t s, const AttentionArgs& a, float* partial, float
   };
   const unsigned threads = kDecodeWarps * 32;
   if (G == 1) {
-    attention_decode_kernel<T, kDh, 1><<<grid(1), threads, 0, s>>>(a, partial, stats);
+    launch_kernel(attention_decode_kernel<T, kDh, 1>, grid(1), threads, 0, s, a, partial, stats);
   } else if (G == 2) {
-    attention_decode_kernel<T, kDh, 2><<<grid(2), threads, 0, s>>>(a, partial, stats);
+    launch_kernel(attention_decode_kernel<T, kDh, 2>, grid(2), threads, 0, s, a, partial, stats);
   } else if (G <= 4) {
-    attention_decode_kernel<T, kDh, 4><<<grid(4), threads, 0, s>>>(a, partial, stats);
+    launch_kernel(attention_decode_kernel<T, kDh, 4>, grid(4), threads, 0, s, a, partial, stats);
   } else {
-    attention_decode_kernel<T, kDh, kMaxGroup><<<grid(kMaxGroup), threads, 0, s>>>(a, partial, stats);
+    launch_kernel(attention_decode_kernel<T, kDh, kMaxGroup>, grid(kMaxGroup), threads, 0, s, a, partial, stats);
   }
 }
 
@@ -454,6 +459,7 @@ void launch_decode(cudaStream_t s, const AttentionArgs& a, float* partial, float
 // weights go to shared memory first, then each thread sums its dims over them with the loads
 // unrolled, so that they are in flight together.
 __global__ void attention_merge_kernel(const float* partial, const float2* stats, int64_t Hq, int64_t Dh, float* out) {
+  wait_for_previous();
   const int64_t th = blockIdx.x * Hq + blockIdx.y;
   __shared__ float weight[kSplits];
   __shared__ float total;
@@ -494,11 +500,12 @@ void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
   if (attention_prefill_mma(s, a)) return;
   if (a.T > kMatvecRows && a.Dh <= kTileMaxDh) {
     const dim3 grid(static_cast<unsigned>((a.T + kTileRows - 1) / kTileRows), static_cast<unsigned>(a.Hq));
-    attention_tile_kernel<T><<<grid, kTileWarps * 32, 0, s>>>(a);
+    launch_kernel(attention_tile_kernel<T>, grid, kTileWarps * 32, 0, s, a);
     return;
   }
   if (a.T > kMatvecRows) {
-    attention_kernel<T><<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), kPrefillWarps * 32, 0, s>>>(a);
+    launch_kernel(attention_kernel<T>, dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)),
+                  kPrefillWarps * 32, 0, s, a);
     return;
   }
   auto* partial = static_cast<float*>(scratch);
@@ -511,10 +518,10 @@ void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
   }
   if (!grouped) {
     const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq), kSplits);
-    attention_split_kernel<T><<<grid, kSplitWarps * 32, 0, s>>>(a, partial, stats);
+    launch_kernel(attention_split_kernel<T>, grid, kSplitWarps * 32, 0, s, a, partial, stats);
   }
-  attention_merge_kernel<<<dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), 128, 0, s>>>(
-      partial, stats, a.Hq, a.Dh, a.out);
+  launch_kernel(attention_merge_kernel, dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), 128, 0, s,
+                partial, stats, a.Hq, a.Dh, a.out);
 }
 
 }  // namespace
@@ -531,7 +538,6 @@ void attention(cudaStream_t s, const AttentionArgs& a, void* scratch) {
     case DType::kBF16: launch<__nv_bfloat16>(s, a, scratch); break;
     default: launch<float>(s, a, scratch); break;
   }
-  HEARTH_CUDA_LAUNCHED("attention");
 }
 
 }  // namespace hearth::cuda

@@ -19,6 +19,7 @@
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/convert.cuh"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -74,6 +75,7 @@ __device__ inline void load_matrices_trans(uint32_t (&r)[4], const void* row) {
 
 template <typename T, int kDh>
 __global__ void attention_mma_kernel(AttentionArgs a) {
+  wait_for_previous();
   constexpr int kStride = kDh + 8;  // elements per staged row: 16 bytes of padding
   constexpr int kPieces = kDh / 8;  // 16-byte pieces per row
   __shared__ __align__(16) T ks[kKeys][kStride];
@@ -220,9 +222,9 @@ template <typename T>
 bool launch(cudaStream_t s, const AttentionArgs& a) {
   const dim3 grid(static_cast<unsigned>((a.T + kRows - 1) / kRows), static_cast<unsigned>(a.Hq));
   if (a.Dh == 128) {
-    attention_mma_kernel<T, 128><<<grid, kWarps * 32, 0, s>>>(a);
+    launch_kernel(attention_mma_kernel<T, 128>, grid, kWarps * 32, 0, s, a);
   } else if (a.Dh == 64) {
-    attention_mma_kernel<T, 64><<<grid, kWarps * 32, 0, s>>>(a);
+    launch_kernel(attention_mma_kernel<T, 64>, grid, kWarps * 32, 0, s, a);
   } else {
     return false;
   }

@@ -15,12 +15,15 @@ namespace hearth::cuda {
 // Throws std::runtime_error naming the call and CUDA's message when e is not cudaSuccess.
 void check(cudaError_t e, const char* what);
 #define HEARTH_CUDA_CHECK(call) ::hearth::cuda::check((call), #call)
-// The error of the last launch, checked at once (launches do not return one).
-#define HEARTH_CUDA_LAUNCHED(what) ::hearth::cuda::check(cudaGetLastError(), what)
 
 // Makes `device` current and returns its stream: every kernel and copy of the backend on that
 // device runs in this one stream, so each sees the results of the ones before it.
 cudaStream_t use_device(Device device);
+
+// Whether kernels on the calling thread's current device (the last use_device) may start before
+// the previous kernel ends (launch.cuh): compute capability 9.0 or later and HEARTH_CUDA_PDL on,
+// read at the device's first use.
+bool early_launch();
 
 // The device memory of one recorded graph (memory.cu): blocks the graph's work allocated or
 // freed while it was recorded, kept for its replays. Between begin and end every allocation

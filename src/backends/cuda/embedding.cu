@@ -5,6 +5,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -14,6 +15,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void embedding_kernel(const T* table, int64_t V, int64_t D, const int32_t* ids, int64_t T_rows, float* out,
                                  int32_t* errors) {
+  wait_for_previous();
   const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (at >= T_rows * D) return;
   const int64_t t = at / D, d = at % D;
@@ -35,16 +37,18 @@ void embedding(cudaStream_t s, const void* table, DType type, int64_t V, int64_t
   const unsigned blocks = blocks_for(n, kThreads);
   switch (type) {
     case DType::kBF16:
-      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(table), V, D, ids, T, out, errors);
+      launch_kernel(embedding_kernel<__nv_bfloat16>, blocks, kThreads, 0, s, static_cast<const __nv_bfloat16*>(table),
+                    V, D, ids, T, out, errors);
       break;
     case DType::kF16:
-      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const __half*>(table), V, D, ids, T, out, errors);
+      launch_kernel(embedding_kernel<__half>, blocks, kThreads, 0, s, static_cast<const __half*>(table), V, D, ids, T,
+                    out, errors);
       break;
     default:
-      embedding_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const float*>(table), V, D, ids, T, out, errors);
+      launch_kernel(embedding_kernel<float>, blocks, kThreads, 0, s, static_cast<const float*>(table), V, D, ids, T,
+                    out, errors);
       break;
   }
-  HEARTH_CUDA_LAUNCHED("embedding");
 }
 
 }  // namespace hearth::cuda

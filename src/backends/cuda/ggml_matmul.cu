@@ -6,14 +6,18 @@
 // sub-block; prepared_x.cuh), then per 16 bytes of codes (half of each of two sub-blocks: the
 // low nibbles of bytes 32c..32c+31 are sub-block 2c, the high ones 2c+1) 8 dp4a and one float
 // step per sub-block: d * scale * dx * isum, and - dmin * min * sum(x) once per sub-block. Q6_K
-// decodes each element on its own (its block's scales read again from L1), one warp per row:
-// correct, not yet fast. Prefill dequantizes the matrix to bf16 and takes the dense GEMM;
-// embedding rows are decoded exactly as the CPU reference computes them.
+// decode rows too, with the same x: a lane takes 16 values (one sub-block of one scale), builds
+// their 6-bit codes minus 32 as signed bytes from 16 bytes of ql and 16 of qh, and adds
+// d * scale * dx * isum (4 dp4a). Q6_K blocks are 210 bytes, so those 16 bytes may start
+// 2 bytes off a word: they are read as five aligned words and shifted. Prefill dequantizes the
+// matrix to bf16 and takes the dense GEMM; embedding rows are decoded exactly as the CPU
+// reference computes them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/loads.cuh"
 #include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
@@ -90,9 +94,11 @@ __global__ void q4_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
   constexpr uint32_t kLow = 0x0F0F0F0Fu;
   const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (n >= w.N) return;
   const int K = static_cast<int>(w.K), pieces = K / 256 * 8, G = K / 32;
   const uint8_t* row = w.blocks + n * w.row_bytes;
+  if (n < w.N) prefetch_row_head(row, w.row_bytes, lane);  // while the previous kernel finishes
+  wait_for_previous();
+  if (n >= w.N) return;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
   for (int v0 = lane; v0 < pieces; v0 += 32 * kUnroll) {
@@ -149,11 +155,86 @@ template <int kT>
 void q4_k_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
                void* scratch) {
   const PreparedX px = prepare_x<8>(s, x, T, w.K, 32, scratch);
-  q4_k_dp4a_kernel<kT><<<blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(w, px, bias, y);
+  launch_kernel(q4_k_dp4a_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
+}
+
+// The 16 bytes at p, which is 2-byte aligned, as four words (five aligned loads, shifted).
+__device__ inline uint4 load16_from_halfwords(const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  const uint32_t a = __ldg(w), b = __ldg(w + 1), c = __ldg(w + 2), d = __ldg(w + 3), e = __ldg(w + 4);
+  if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) return make_uint4(a, b, c, d);
+  return make_uint4(__funnelshift_r(a, b, 16), __funnelshift_r(b, c, 16), __funnelshift_r(c, d, 16),
+                    __funnelshift_r(d, e, 16));
+}
+
+// Four Q6_K codes minus 32 as signed bytes: low nibbles (or high, shift 4) of ql, bits 2g..2g+1 of
+// qh on top.
+__device__ inline int q6_k_codes(uint32_t ql, uint32_t qh, int low_shift, int high_shift) {
+  const uint32_t q = ((ql >> low_shift) & 0x0F0F0F0Fu) | (((qh >> high_shift) & 0x03030303u) << 4);
+  return static_cast<int>(__vsub4(q, 0x20202020u));
+}
+
+// One warp per row; lane by lane over the row's sub-blocks of 16 values (16 per 210-byte block:
+// sub-block u holds values 16u..16u+15, i.e. half u / 8, group g = (u % 8) / 2, half-group u % 2;
+// its codes are ql[64 half + 32 (g & 1) + 16 (u % 2) ..] (high nibbles for g >= 2) and
+// qh[32 half + 16 (u % 2) ..] (bits 2g), its scale is scales[u]), four in flight.
+template <int kT>
+__global__ void q6_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, float* y) {
+  constexpr int kUnroll = 4;
+  const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int K = static_cast<int>(w.K), subs = K / 16, G = K / 32;
+  const uint8_t* row = w.blocks + n * w.row_bytes;
+  if (n < w.N) prefetch_row_head(row, w.row_bytes, lane);  // while the previous kernel finishes
+  wait_for_previous();
+  if (n >= w.N) return;
+  float acc[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+  for (int v0 = lane; v0 < subs; v0 += 32 * kUnroll) {
+    uint4 ql[kUnroll], qh[kUnroll];
+    float scale[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = min(v0 + 32 * u, subs - 1), sub = v % 16, half = sub / 8, g = (sub % 8) / 2;
+      const uint8_t* block = row + (v / 16) * 210;
+      ql[u] = load16_from_halfwords(block + 64 * half + 32 * (g & 1) + 16 * (sub % 2));
+      qh[u] = load16_from_halfwords(block + 128 + 32 * half + 16 * (sub % 2));
+      const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(block + 208)));
+      scale[u] = d * static_cast<float>(static_cast<int8_t>(block[192 + sub]));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + 32 * u;
+      if (v >= subs) break;
+      const int g = (v % 16 % 8) / 2, low_shift = g >= 2 ? 4 : 0, high_shift = 2 * g;
+      const int c0 = q6_k_codes(ql[u].x, qh[u].x, low_shift, high_shift);
+      const int c1 = q6_k_codes(ql[u].y, qh[u].y, low_shift, high_shift);
+      const int c2 = q6_k_codes(ql[u].z, qh[u].z, low_shift, high_shift);
+      const int c3 = q6_k_codes(ql[u].w, qh[u].w, low_shift, high_shift);
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const int4 xq = *reinterpret_cast<const int4*>(x.q + t * K + 16 * v);
+        const int isum = __dp4a(c3, xq.w, __dp4a(c2, xq.z, __dp4a(c1, xq.y, __dp4a(c0, xq.x, 0))));
+        acc[t] += scale[u] * x.dx[t * G + v / 2] * static_cast<float>(isum);
+      }
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    const float total = warp_sum(acc[t]);
+    if (lane == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
+template <int kT>
+void q6_k_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
+               void* scratch) {
+  const PreparedX px = prepare_x<8>(s, x, T, w.K, 32, scratch);
+  launch_kernel(q6_k_dp4a_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
 }
 
 template <int kT>
 __global__ void matvec_kernel(GgmlArgs w, const float* x, const float* bias, float* y) {
+  wait_for_previous();
   const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (n >= w.N) return;
@@ -171,15 +252,17 @@ __global__ void matvec_kernel(GgmlArgs w, const float* x, const float* bias, flo
 
 template <int kT>
 void matvec(cudaStream_t s, const GgmlArgs& w, const float* x, const float* bias, float* y) {
-  matvec_kernel<kT><<<blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(w, x, bias, y);
+  launch_kernel(matvec_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, x, bias, y);
 }
 
 __global__ void dequantize_kernel(GgmlArgs w, __nv_bfloat16* out) {
+  wait_for_previous();
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < w.N * w.K) out[i] = __float2bfloat16_rn(element(w, i / w.K, i % w.K));
 }
 
 __global__ void rows_kernel(GgmlArgs w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
+  wait_for_previous();
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i >= T * w.K) return;
   const int64_t t = i / w.K, k = i % w.K;
@@ -211,7 +294,19 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
       case 7: q4_k_dp4a<7>(s, w, x, T, bias, y, scratch); break;
       default: q4_k_dp4a<kMatvecRows>(s, w, x, T, bias, y, scratch); break;
     }
-    HEARTH_CUDA_LAUNCHED("Q4_K matvec");
+    return;
+  }
+  if (T <= kMatvecRows && w.type == GgmlType::kQ6_K) {
+    switch (T) {
+      case 1: q6_k_dp4a<1>(s, w, x, T, bias, y, scratch); break;
+      case 2: q6_k_dp4a<2>(s, w, x, T, bias, y, scratch); break;
+      case 3: q6_k_dp4a<3>(s, w, x, T, bias, y, scratch); break;
+      case 4: q6_k_dp4a<4>(s, w, x, T, bias, y, scratch); break;
+      case 5: q6_k_dp4a<5>(s, w, x, T, bias, y, scratch); break;
+      case 6: q6_k_dp4a<6>(s, w, x, T, bias, y, scratch); break;
+      case 7: q6_k_dp4a<7>(s, w, x, T, bias, y, scratch); break;
+      default: q6_k_dp4a<kMatvecRows>(s, w, x, T, bias, y, scratch); break;
+    }
     return;
   }
   if (T <= kMatvecRows) {
@@ -225,19 +320,16 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
       case 7: matvec<7>(s, w, x, bias, y); break;
       default: matvec<kMatvecRows>(s, w, x, bias, y); break;
     }
-    HEARTH_CUDA_LAUNCHED("ggml matvec");
     return;
   }
   auto* dense = static_cast<__nv_bfloat16*>(scratch);
-  dequantize_kernel<<<blocks_for(w.N * w.K, 256), 256, 0, s>>>(w, dense);
-  HEARTH_CUDA_LAUNCHED("ggml dequantize");
+  launch_kernel(dequantize_kernel, blocks_for(w.N * w.K, 256), 256, 0, s, w, dense);
   matmul(s, device, x, T, w.K, dense, DType::kBF16, w.N, bias, y, dense + w.N * w.K);
 }
 
 void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
   if (T * w.K == 0) return;
-  rows_kernel<<<blocks_for(T * w.K, 256), 256, 0, s>>>(w, ids, T, out, errors);
-  HEARTH_CUDA_LAUNCHED("ggml embedding rows");
+  launch_kernel(rows_kernel, blocks_for(T * w.K, 256), 256, 0, s, w, ids, T, out, errors);
 }
 
 }  // namespace hearth::cuda

@@ -7,6 +7,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -16,6 +17,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
                                 int64_t n_slots, T* k_cache, T* v_cache, int32_t* errors) {
+  wait_for_previous();
   const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (at >= T_rows * row) return;
   const int64_t t = at / row, e = at % row;
@@ -32,8 +34,8 @@ __global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, 
 template <typename T>
 void launch(cudaStream_t s, const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
             int64_t n_slots, void* k_cache, void* v_cache, int32_t* errors) {
-  kv_write_kernel<<<blocks_for(T_rows * row, kThreads), kThreads, 0, s>>>(
-      k, v, T_rows, row, slots, n_slots, static_cast<T*>(k_cache), static_cast<T*>(v_cache), errors);
+  launch_kernel(kv_write_kernel<T>, blocks_for(T_rows * row, kThreads), kThreads, 0, s, k, v, T_rows, row, slots,
+                n_slots, static_cast<T*>(k_cache), static_cast<T*>(v_cache), errors);
 }
 
 }  // namespace
@@ -46,7 +48,6 @@ void kv_write(cudaStream_t s, const float* k, const float* v, int64_t T, int64_t
     case DType::kBF16: launch<__nv_bfloat16>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, errors); break;
     default: launch<float>(s, k, v, T, row, slots, n_slots, k_cache, v_cache, errors); break;
   }
-  HEARTH_CUDA_LAUNCHED("kv_write");
 }
 
 }  // namespace hearth::cuda

@@ -20,6 +20,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/loads.cuh"
 #include "backends/cuda/reduce.cuh"
 #include "base/error.h"
@@ -73,9 +74,12 @@ template <typename W, int kT>
 __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (r >= p.first[p.n]) return;
-  const Row<W> m = row_of(p, r);
+  const bool valid = r < p.first[p.n];
+  const Row<W> m = row_of(p, valid ? r : 0);
   const W* row = m.w + m.n * K;
+  if (valid) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
+  wait_for_previous();
+  if (!valid) return;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
   for (int64_t k = lane; k < K; k += 32) {
@@ -98,9 +102,12 @@ __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
   constexpr int kUnroll = 4;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (r >= p.first[p.n]) return;
-  const Row<W> m = row_of(p, r);
+  const bool valid = r < p.first[p.n];
+  const Row<W> m = row_of(p, valid ? r : 0);
   const uint4* row = reinterpret_cast<const uint4*>(m.w + m.n * K);
+  if (valid) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
+  wait_for_previous();
+  if (!valid) return;
   const int64_t vecs = K / kPer;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
@@ -139,9 +146,9 @@ void matvec(cudaStream_t s, const float* x, const Parts<W>& p, int64_t K) {
   for (int i = 0; i < p.n; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(p.w[i]) % 16 == 0;
   const unsigned blocks = blocks_for(p.first[p.n], kWarpsPerBlock);
   if (aligned) {
-    matvec16_kernel<W, kT><<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, p, K);
+    launch_kernel(matvec16_kernel<W, kT>, blocks, kWarpsPerBlock * 32, 0, s, x, p, K);
   } else {
-    matvec_kernel<W, kT><<<blocks, kWarpsPerBlock * 32, 0, s>>>(x, p, K);
+    launch_kernel(matvec_kernel<W, kT>, blocks, kWarpsPerBlock * 32, 0, s, x, p, K);
   }
 }
 
@@ -172,11 +179,13 @@ void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* pa
 
 template <typename W>
 __global__ void narrow_kernel(const float* x, int64_t n, W* out) {
+  wait_for_previous();
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < n) out[i] = narrow<W>(x[i]);
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t T, int64_t N) {
+  wait_for_previous();
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < T * N) y[i] += bias[i % N];
 }
@@ -212,7 +221,6 @@ void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_
     case DType::kF16: matvec_rows<__half>(s, x, T, parts, n, K); break;
     default: matvec_rows<float>(s, x, T, parts, n, K); break;
   }
-  HEARTH_CUDA_LAUNCHED("matvec");
 }
 
 void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
@@ -237,19 +245,18 @@ void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, co
     const int64_t count = T * K;
     const cudaDataType type = w_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
     if (w_type == DType::kBF16) {
-      narrow_kernel<<<blocks_for(count, 256), 256, 0, s>>>(x, count, static_cast<__nv_bfloat16*>(scratch));
+      launch_kernel(narrow_kernel<__nv_bfloat16>, blocks_for(count, 256), 256, 0, s, x, count,
+                    static_cast<__nv_bfloat16*>(scratch));
     } else {
-      narrow_kernel<<<blocks_for(count, 256), 256, 0, s>>>(x, count, static_cast<__half*>(scratch));
+      launch_kernel(narrow_kernel<__half>, blocks_for(count, 256), 256, 0, s, x, count, static_cast<__half*>(scratch));
     }
-    HEARTH_CUDA_LAUNCHED("matmul: x to 16 bits");
     check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     check_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, type, k, scratch, type, k, &zero, y,
                               CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
   }
   if (bias != nullptr) {
-    add_bias_kernel<<<blocks_for(T * N, 256), 256, 0, s>>>(y, bias, T, N);
-    HEARTH_CUDA_LAUNCHED("matmul: bias");
+    launch_kernel(add_bias_kernel, blocks_for(T * N, 256), 256, 0, s, y, bias, T, N);
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "base/error.h"
+#include "base/knobs.h"
 #include "core/device_memory.h"
 
 namespace hearth::cuda {
@@ -42,6 +43,13 @@ int count_devices() {
 
 }  // namespace
 
+namespace {
+std::array<bool, kMaxDevices> early_launch_on{};
+thread_local int current_device = -1;
+}  // namespace
+
+bool early_launch() { return current_device >= 0 && early_launch_on[static_cast<size_t>(current_device)]; }
+
 cudaStream_t use_device(Device device) {
   static std::array<cudaStream_t, kMaxDevices> streams{};
   static std::mutex m;
@@ -51,14 +59,18 @@ cudaStream_t use_device(Device device) {
                       (n == 1 ? "" : "s") + ")");
   }
   // The calling thread's current device, so that the common case costs no driver call.
-  thread_local int current = -1;
-  if (current != device.index) {
+  if (current_device != device.index) {
     HEARTH_CUDA_CHECK(cudaSetDevice(device.index));
-    current = device.index;
+    current_device = device.index;
   }
   std::lock_guard<std::mutex> lock(m);
   cudaStream_t& s = streams[static_cast<size_t>(device.index)];
-  if (s == nullptr) HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (s == nullptr) {
+    HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int major = 0;
+    HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index));
+    early_launch_on[static_cast<size_t>(device.index)] = major >= 9 && knobs::cuda_pdl();
+  }
   return s;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/reduce.cuh"
 
 namespace hearth::cuda {
@@ -42,6 +43,7 @@ __device__ inline int64_t xq_index(int64_t k) {
 // (xq_index), others natural order.
 template <int kBits>
 __global__ void prepare_x_kernel(const float* x, int64_t T, int64_t K, int group_size, PreparedX out) {
+  wait_for_previous();
   const int64_t G = K / group_size, at = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (at >= T * G) return;
@@ -70,9 +72,8 @@ template <int kBits>
 PreparedX prepare_x(cudaStream_t s, const float* x, int64_t T, int64_t K, int group_size, void* scratch) {
   const PreparedX px = prepared_x(scratch, T, K, group_size);
   const int64_t groups = T * (K / group_size);
-  prepare_x_kernel<kBits>
-      <<<static_cast<unsigned>((groups + kPrepareWarps - 1) / kPrepareWarps), kPrepareWarps * 32, 0, s>>>(
-          x, T, K, group_size, px);
+  launch_kernel(prepare_x_kernel<kBits>, static_cast<unsigned>((groups + kPrepareWarps - 1) / kPrepareWarps),
+                kPrepareWarps * 32, 0, s, x, T, K, group_size, px);
   return px;
 }
 

@@ -21,6 +21,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/loads.cuh"
 #include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
@@ -110,7 +111,6 @@ __global__ void matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
   const int64_t r0 = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32) * kRows;
   const int lane = threadIdx.x % 32;
   const int64_t total_rows = L.first[L.n];
-  if (r0 >= total_rows) return;
   // Each row's part, chosen with constant indices (a computed index into the kernel's
   // parameters would copy them all to local memory).
   QuantPart p[kRows];
@@ -132,6 +132,18 @@ __global__ void matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
     n[i] = valid[i] ? r - first : 0;
   }
   const int K = static_cast<int>(p[0].w.K), G = K / p[0].w.group_size, vecs = K / kCodes;
+  // The heads of the rows' codes, scales and biases into L2 while the previous kernel finishes.
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (!valid[i]) continue;
+    prefetch_row_head(reinterpret_cast<const uint4*>(p[i].w.packed) + n[i] * vecs, vecs * 16LL, lane);
+    prefetch_row_head(static_cast<const S*>(p[i].w.scales) + n[i] * G, G * static_cast<int64_t>(sizeof(S)), lane);
+    if (p[i].w.biases != nullptr) {
+      prefetch_row_head(static_cast<const S*>(p[i].w.biases) + n[i] * G, G * static_cast<int64_t>(sizeof(S)), lane);
+    }
+  }
+  wait_for_previous();
+  if (r0 >= total_rows) return;
   const int group_shift = __ffs(p[0].w.group_size / kCodes) - 1;  // 16-byte loads per group: 2^shift
   const float zero_point = -static_cast<float>(1 << (kBits - 1));
   float acc[kRows][kT];
@@ -187,6 +199,7 @@ __global__ void matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
 // Any width and shape: per element, in f32.
 template <int kT>
 __global__ void matvec_elements_kernel(QuantPart p, const float* x) {
+  wait_for_previous();
   const QuantArgs& w = p.w;
   const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -208,7 +221,7 @@ __global__ void matvec_elements_kernel(QuantPart p, const float* x) {
 
 template <int kT>
 void matvec_elements(cudaStream_t s, const QuantPart& p, const float* x) {
-  matvec_elements_kernel<kT><<<blocks_for(p.w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(p, x);
+  launch_kernel(matvec_elements_kernel<kT>, blocks_for(p.w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, p, x);
 }
 
 template <int kBits, typename S>
@@ -218,14 +231,14 @@ void matvec_dp4a(cudaStream_t s, const float* x, int64_t T, const QuantLaunch& L
   const unsigned blocks = blocks_for(L.first[L.n], kWarpsPerBlock * kRowsPerWarp<kBits>);
   const unsigned threads = kWarpsPerBlock * 32;
   switch (T) {
-    case 1: matvec_dp4a_kernel<kBits, 1, S><<<blocks, threads, 0, s>>>(L, px); break;
-    case 2: matvec_dp4a_kernel<kBits, 2, S><<<blocks, threads, 0, s>>>(L, px); break;
-    case 3: matvec_dp4a_kernel<kBits, 3, S><<<blocks, threads, 0, s>>>(L, px); break;
-    case 4: matvec_dp4a_kernel<kBits, 4, S><<<blocks, threads, 0, s>>>(L, px); break;
-    case 5: matvec_dp4a_kernel<kBits, 5, S><<<blocks, threads, 0, s>>>(L, px); break;
-    case 6: matvec_dp4a_kernel<kBits, 6, S><<<blocks, threads, 0, s>>>(L, px); break;
-    case 7: matvec_dp4a_kernel<kBits, 7, S><<<blocks, threads, 0, s>>>(L, px); break;
-    default: matvec_dp4a_kernel<kBits, kMatvecRows, S><<<blocks, threads, 0, s>>>(L, px); break;
+    case 1: launch_kernel(matvec_dp4a_kernel<kBits, 1, S>, blocks, threads, 0, s, L, px); break;
+    case 2: launch_kernel(matvec_dp4a_kernel<kBits, 2, S>, blocks, threads, 0, s, L, px); break;
+    case 3: launch_kernel(matvec_dp4a_kernel<kBits, 3, S>, blocks, threads, 0, s, L, px); break;
+    case 4: launch_kernel(matvec_dp4a_kernel<kBits, 4, S>, blocks, threads, 0, s, L, px); break;
+    case 5: launch_kernel(matvec_dp4a_kernel<kBits, 5, S>, blocks, threads, 0, s, L, px); break;
+    case 6: launch_kernel(matvec_dp4a_kernel<kBits, 6, S>, blocks, threads, 0, s, L, px); break;
+    case 7: launch_kernel(matvec_dp4a_kernel<kBits, 7, S>, blocks, threads, 0, s, L, px); break;
+    default: launch_kernel(matvec_dp4a_kernel<kBits, kMatvecRows, S>, blocks, threads, 0, s, L, px); break;
   }
 }
 
@@ -247,6 +260,7 @@ __device__ inline float dequantized(const QuantArgs& w, int64_t n, int64_t k) {
 }
 
 __global__ void dequantize_kernel(QuantArgs w, __nv_bfloat16* out) {
+  wait_for_previous();
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < w.N * w.K) out[i] = __float2bfloat16_rn(dequantized(w, i / w.K, i % w.K));
 }
@@ -256,6 +270,7 @@ __global__ void dequantize_kernel(QuantArgs w, __nv_bfloat16* out) {
 // bias read once, the same two roundings per element.
 template <int kBits, typename S>
 __global__ void dequantize_words_kernel(QuantArgs w, __nv_bfloat16* out) {
+  wait_for_previous();
   constexpr int kCodes = 32 / kBits;
   const int64_t words_per_row = w.K / kCodes, at = blockIdx.x * 256LL + threadIdx.x;
   if (at >= w.N * words_per_row) return;
@@ -277,9 +292,9 @@ template <typename S>
 void dequantize_words(cudaStream_t s, const QuantArgs& w, __nv_bfloat16* out) {
   const unsigned blocks = blocks_for(w.N * (w.K * w.bits / 32), 256);
   switch (w.bits) {
-    case 2: dequantize_words_kernel<2, S><<<blocks, 256, 0, s>>>(w, out); break;
-    case 4: dequantize_words_kernel<4, S><<<blocks, 256, 0, s>>>(w, out); break;
-    default: dequantize_words_kernel<8, S><<<blocks, 256, 0, s>>>(w, out); break;
+    case 2: launch_kernel(dequantize_words_kernel<2, S>, blocks, 256, 0, s, w, out); break;
+    case 4: launch_kernel(dequantize_words_kernel<4, S>, blocks, 256, 0, s, w, out); break;
+    default: launch_kernel(dequantize_words_kernel<8, S>, blocks, 256, 0, s, w, out); break;
   }
 }
 
@@ -292,10 +307,11 @@ void dequantize(cudaStream_t s, const QuantArgs& w, __nv_bfloat16* out) {
       default: return dequantize_words<float>(s, w, out);
     }
   }
-  dequantize_kernel<<<blocks_for(w.N * w.K, 256), 256, 0, s>>>(w, out);
+  launch_kernel(dequantize_kernel, blocks_for(w.N * w.K, 256), 256, 0, s, w, out);
 }
 
 __global__ void rows_kernel(QuantArgs w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
+  wait_for_previous();
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i >= T * w.K) return;
   const int64_t t = i / w.K, k = i % w.K;
@@ -345,7 +361,6 @@ void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const Qua
         case 7: matvec_elements<7>(s, p, x); break;
         default: matvec_elements<kMatvecRows>(s, p, x); break;
       }
-      HEARTH_CUDA_LAUNCHED("quantized matvec");
     }
     return;
   }
@@ -362,7 +377,6 @@ void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const Qua
     case DType::kF16: matvec_dp4a<__half>(s, x, T, L, scratch); break;
     default: matvec_dp4a<float>(s, x, T, L, scratch); break;
   }
-  HEARTH_CUDA_LAUNCHED("quantized matvec");
 }
 
 void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
@@ -375,14 +389,12 @@ void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, con
   // scratch: the dense bf16 matrix [N, K], then x in bf16 [T, K] (matmul's own scratch).
   auto* dense = static_cast<__nv_bfloat16*>(scratch);
   dequantize(s, w, dense);
-  HEARTH_CUDA_LAUNCHED("dequantize");
   matmul(s, device, x, T, w.K, dense, DType::kBF16, w.N, bias, y, dense + w.N * w.K);
 }
 
 void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
   if (T * w.K == 0) return;
-  rows_kernel<<<blocks_for(T * w.K, 256), 256, 0, s>>>(w, ids, T, out, errors);
-  HEARTH_CUDA_LAUNCHED("quantized_embedding");
+  launch_kernel(rows_kernel, blocks_for(T * w.K, 256), 256, 0, s, w, ids, T, out, errors);
 }
 
 }  // namespace hearth::cuda

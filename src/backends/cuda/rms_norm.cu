@@ -2,12 +2,14 @@
 // CPU reference computes it (f32 throughout; the sum of squares in a tree, not in order).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/reduce.cuh"
 
 namespace hearth::cuda {
 namespace {
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t d, float eps, float* y) {
+  wait_for_previous();
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
   float ss = 0.0f;
@@ -19,6 +21,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t d, float
 // The same for rows of whole float4s (d % 4 == 0, 16-byte aligned), the loads unrolled so that
 // a thread's are in flight together: a decode row is one block, and its time is the round trips.
 __global__ void rms_norm4_kernel(const float* x, const float* w, int64_t d, float eps, float* y) {
+  wait_for_previous();
   const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * d);
   float4* yr = reinterpret_cast<float4*>(y + blockIdx.x * d);
   const float4* w4 = reinterpret_cast<const float4*>(w);
@@ -45,11 +48,10 @@ void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t rows, int6
       d % 4 == 0 &&
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
   if (vec4) {
-    rms_norm4_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, w, d, eps, y);
+    launch_kernel(rms_norm4_kernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, w, d, eps, y);
   } else {
-    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, w, d, eps, y);
+    launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, w, d, eps, y);
   }
-  HEARTH_CUDA_LAUNCHED("rms_norm");
 }
 
 }  // namespace hearth::cuda

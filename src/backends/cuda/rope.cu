@@ -10,6 +10,7 @@
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -26,6 +27,7 @@ __device__ inline void rotate(float* xh, int64_t i, int64_t half, int32_t pos, c
 
 __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t Dh, const int32_t* positions, const float* inv_freq,
                             int64_t half, float af) {
+  wait_for_previous();
   const int64_t n = T * H * half;
   for (int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; at < n;
        at += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -40,6 +42,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t Dh, const in
 // they are), then Hkv * Dh elements of v.
 template <typename T>
 __global__ void rope_kv_write_kernel(RopeKvArgs a, T* k_cache, T* v_cache, int32_t* errors) {
+  wait_for_previous();
   const int64_t nq = a.Hq * a.half, nk = a.Hkv * a.Dh, per_row = nq + 2 * nk;
   for (int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; at < a.T * per_row;
        at += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -85,19 +88,18 @@ void rope_kv_write(cudaStream_t s, const RopeKvArgs& a, void* k_cache, void* v_c
   const unsigned blocks = std::min<unsigned>(blocks_for(n, kThreads), 65535u);
   switch (type) {
     case DType::kF16:
-      rope_kv_write_kernel<<<blocks, kThreads, 0, s>>>(a, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache),
-                                                       errors);
+      launch_kernel(rope_kv_write_kernel<__half>, blocks, kThreads, 0, s, a, static_cast<__half*>(k_cache),
+                    static_cast<__half*>(v_cache), errors);
       break;
     case DType::kBF16:
-      rope_kv_write_kernel<<<blocks, kThreads, 0, s>>>(a, static_cast<__nv_bfloat16*>(k_cache),
-                                                       static_cast<__nv_bfloat16*>(v_cache), errors);
+      launch_kernel(rope_kv_write_kernel<__nv_bfloat16>, blocks, kThreads, 0, s, a,
+                    static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache), errors);
       break;
     default:
-      rope_kv_write_kernel<<<blocks, kThreads, 0, s>>>(a, static_cast<float*>(k_cache), static_cast<float*>(v_cache),
-                                                       errors);
+      launch_kernel(rope_kv_write_kernel<float>, blocks, kThreads, 0, s, a, static_cast<float*>(k_cache),
+                    static_cast<float*>(v_cache), errors);
       break;
   }
-  HEARTH_CUDA_LAUNCHED("rope_kv_write");
 }
 
 void rope(cudaStream_t s, float* x, int64_t T, int64_t H, int64_t Dh, const int32_t* positions, const float* inv_freq,
@@ -105,9 +107,8 @@ void rope(cudaStream_t s, float* x, int64_t T, int64_t H, int64_t Dh, const int3
   const int64_t n = T * H * half;
   if (n == 0) return;
   constexpr int kThreads = 256;
-  rope_kernel<<<std::min<unsigned>(blocks_for(n, kThreads), 65535u), kThreads, 0, s>>>(x, T, H, Dh, positions, inv_freq,
-                                                                                       half, attention_factor);
-  HEARTH_CUDA_LAUNCHED("rope");
+  launch_kernel(rope_kernel, std::min<unsigned>(blocks_for(n, kThreads), 65535u), kThreads, 0, s, x, T, H, Dh,
+                positions, inv_freq, half, attention_factor);
 }
 
 }  // namespace hearth::cuda

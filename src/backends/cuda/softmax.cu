@@ -2,12 +2,14 @@
 // per row of x: [R, V].
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/reduce.cuh"
 
 namespace hearth::cuda {
 namespace {
 
 __global__ void softmax_kernel(float* x, int64_t V) {
+  wait_for_previous();
   float* row = x + blockIdx.x * V;
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < V; i += kRowThreads) mx = fmaxf(mx, row[i]);
@@ -35,6 +37,7 @@ __device__ inline void better(float& v, int64_t& i, float ov, int64_t oi) {
 constexpr int kArgmaxThreads = 1024, kArgmaxUnroll = 4;
 
 __global__ void argmax_kernel(const float* x, int64_t V, int32_t* ids) {
+  wait_for_previous();
   const float* row = x + blockIdx.x * V;
   float v = -INFINITY;
   int64_t idx = V;  // none yet: any real element beats it
@@ -74,14 +77,12 @@ __global__ void argmax_kernel(const float* x, int64_t V, int32_t* ids) {
 
 void softmax(cudaStream_t s, float* x, int64_t R, int64_t V) {
   if (R == 0) return;
-  softmax_kernel<<<static_cast<unsigned>(R), kRowThreads, 0, s>>>(x, V);
-  HEARTH_CUDA_LAUNCHED("softmax");
+  launch_kernel(softmax_kernel, static_cast<unsigned>(R), kRowThreads, 0, s, x, V);
 }
 
 void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids) {
   if (R == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(R), kArgmaxThreads, 0, s>>>(x, V, ids);
-  HEARTH_CUDA_LAUNCHED("argmax");
+  launch_kernel(argmax_kernel, static_cast<unsigned>(R), kArgmaxThreads, 0, s, x, V, ids);
 }
 
 }  // namespace hearth::cuda

@@ -1,0 +1,62 @@
+// Kernel launches that may start before the previous kernel in the stream has finished
+// (programmatic dependent launch, sm_90 and later). A decode step is hundreds of short kernels;
+// serialized, each pays a launch and a ramp-up after its predecessor's last block, and for the
+// small matrices of a 4-bit model that gap is as long as the work. Launched early, a kernel's
+// blocks are resident when its predecessor ends and start with the weights already in L2.
+//
+// The contract, for every kernel started by launch_kernel: each thread calls
+// wait_for_previous() before it reads anything an earlier kernel wrote and before it writes
+// anything (an early start must neither read an input too soon nor overwrite one still being
+// read), and calls it even when it has nothing to do, so that the kernel ends only after its
+// predecessor has (the next kernel's wait covers all the earlier ones). Before the wait a kernel
+// may only touch memory no kernel writes (weights), and only to prefetch it into L2, which is
+// coherent.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_common.h"
+
+namespace hearth::cuda {
+
+// Waits until the kernels before this one in the stream have finished and their writes are
+// visible; then lets the next kernel be launched (its blocks wait in their own call).
+__device__ inline void wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// Warp-wide: asks L2 for the head of a weight row, [p, p + min(bytes, kRowHeadBytes)): what the
+// warp's first round of loads reads (32 lanes x 4 x 16 bytes), lane i taking line i. Whole rows
+// would not fit: every resident warp asking for its row is 8448 warps x 28 KiB for the down
+// projection against a 50 MB L2, and measured slower than no prefetch at all.
+constexpr int64_t kRowHeadBytes = 2048;
+__device__ inline void prefetch_row_head(const void* p, int64_t bytes, int lane) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(min(bytes, kRowHeadBytes));
+  const uintptr_t line = first + static_cast<uintptr_t>(lane) * 128;
+  if (line < end) asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+}
+
+// kernel<<<grid, block, shared, s>>>(args...), allowed to start early where the device supports
+// it and HEARTH_CUDA_PDL is on (early_launch, memory.cu); checks the launch.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute early;
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = s;
+  config.attrs = &early;
+  config.numAttrs = early_launch() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch");
+}
+
+}  // namespace hearth::cuda
