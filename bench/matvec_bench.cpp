@@ -1,15 +1,19 @@
 // Decode is a matrix-vector product per weight matrix: how close does the CPU matvec get to
 // the memory bandwidth measured in the same run? Prints GB/s of weight bytes read for f32,
 // bf16 and f16 weights (a 311 MB matrix, the Qwen3-0.6B LM head shape) against a plain
-// AVX-512 read of the same size, for 1 and 2 threads.
+// AVX-512 read of the same size, for 1 and 2 threads; MLX affine 4/8-bit and GGUF Q4_K/Q6_K
+// matrices of the same shape as GB/s of their own bytes (k-quants also through the AVX2 path, which
+// dequantizes each row to f32, beside the best ISA's).
 // Usage: matvec_bench [N K]   (default 151936 1024)
 #include <immintrin.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
+#include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
 #include "core/dtype.h"
@@ -63,6 +67,19 @@ int main(int argc, char** argv) {
     return panels ? hearth::affine_to_panels(q) : q;
   };
   const hearth::QuantizedMatrix q4 = quantize(4), q8 = quantize(8);
+  // Q4_K and Q6_K blocks: hashed bytes, small f16 block scales.
+  auto k_quants = [&](hearth::GgmlType type) {
+    const size_t row = hearth::row_bytes(type, K), block = type == hearth::GgmlType::kQ4_K ? 144 : 210;
+    std::vector<uint8_t> b(static_cast<size_t>(N) * row);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    const uint16_t d = hearth::f32_to_f16(0.01f);
+    for (size_t at = 0; at < b.size(); at += block) {
+      std::memcpy(&b[at + (type == hearth::GgmlType::kQ4_K ? 0 : 208)], &d, 2);
+      if (type == hearth::GgmlType::kQ4_K) std::memcpy(&b[at + 2], &d, 2);
+    }
+    return b;
+  };
+  const std::vector<uint8_t> q4k = k_quants(hearth::GgmlType::kQ4_K), q6k = k_quants(hearth::GgmlType::kQ6_K);
   wq_src.clear();
   wq_src.shrink_to_fit();
   std::printf("matvec [%lld x %lld], %s kernels, %.0f MB per matrix\n", static_cast<long long>(N),
@@ -94,6 +111,16 @@ int main(int argc, char** argv) {
       const double s = best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(q.nbytes()) / s / 1e9;
     };
+    auto krate = [&](const std::vector<uint8_t>& b, hearth::GgmlType type, hearth::cpu::Isa kisa) {
+      const hearth::cpu::GgmlMatrix m{b.data(), type, N, K, hearth::row_bytes(type, K)};
+      const double s = best_seconds([&] { hearth::cpu::ggml_matmul(kisa, &pool, x.data(), 1, m, nullptr, y.data()); });
+      return static_cast<double>(b.size()) / s / 1e9;
+    };
+    const double k4 = krate(q4k, hearth::GgmlType::kQ4_K, isa), k6 = krate(q6k, hearth::GgmlType::kQ6_K, isa);
+    const double k4f = krate(q4k, hearth::GgmlType::kQ4_K, hearth::cpu::Isa::kAvx2),
+                 k6f = krate(q6k, hearth::GgmlType::kQ6_K, hearth::cpu::Isa::kAvx2);
+    std::printf("threads %d: matvec Q4_K %.1f GB/s (%.0f%%; avx2 %.1f), Q6_K %.1f GB/s (%.0f%%; avx2 %.1f)\n", threads, k4,
+                100 * k4 / bw, k4f, k6, 100 * k6 / bw, k6f);
     const double r4 = qrate(q4), r8 = qrate(q8);
     std::printf("threads %d: matvec 4-bit %.1f GB/s (%.0f%%), 8-bit %.1f GB/s (%.0f%%) of quantized bytes\n", threads,
                 r4, 100 * r4 / bw, r8, 100 * r8 / bw);

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 
 namespace hearth {
+
 namespace {
 
 // Block geometry from ggml-common.h (sizeof each block_* struct).
@@ -72,19 +73,6 @@ void dequantize_q4_0(const uint8_t* src, float* y, int64_t n_blocks) {
       y[j] = static_cast<float>((qs[j] & 0xF) - 8) * d;
       y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
     }
-  }
-}
-
-// The 6-bit scale and min of Q4_K sub-block j (0..7) from the 12 packed bytes: bytes 0-3 hold
-// scales 0-3, bytes 4-7 mins 0-3 (low 6 bits each); scales/mins 4-7 keep their low nibbles in
-// bytes 8-11 and their top 2 bits in the spare top bits of bytes 0-3 / 4-7.
-void q4_k_scale_min(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
-  if (j < 4) {
-    *scale = s[j] & 63;
-    *min = s[j + 4] & 63;
-  } else {
-    *scale = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-    *min = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
   }
 }
 

@@ -108,6 +108,20 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml block 
 // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; InputError for other types or a bad n.
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 
+// The 6-bit scale and min of Q4_K sub-block j (0..7) from a block's 12 packed `scales` bytes:
+// bytes 0-3 hold scales 0-3, bytes 4-7 mins 0-3 (low 6 bits each); scales/mins 4-7 keep their
+// low nibbles in bytes 8-11 and their top 2 bits in the spare top bits of bytes 0-3 / 4-7.
+// Inline: the kernels decode it per sub-block.
+inline void q4_k_scale_min(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = s[j] & 63;
+    *min = s[j + 4] & 63;
+  } else {
+    *scale = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *min = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
 // The block-quantized types the kernels multiply with directly (Q8_0, Q4_0, Q4_K, Q6_K).
 bool ggml_is_block_quantized(GgmlType type);
 

@@ -119,9 +119,10 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
             cpu::ggml_matmul(isa, p, x.data(), T, m, b, got.data());
             float worst = 0;
             size_t where = 0;
-            // The VNNI Q6_K decode rounds x to int8 per 256 elements (step max|x| / 127):
+            // The VNNI Q4_K/Q6_K decode rounds x to int8 per 256 elements (step max|x| / 127):
             // each product may move by |w| * step / 2.
-            const bool int8_x = isa == Isa::kAvx512 && cpu::has_avx512_vnni() && type == GgmlType::kQ6_K && T <= 4;
+            const bool int8_x = isa == Isa::kAvx512 && cpu::has_avx512_vnni() &&
+                                (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) && T <= 4;
             for (size_t i = 0; i < got.size(); ++i) {
               const double rounding = int8_x ? int8_rounding(x.data(), dense.data(), static_cast<int64_t>(i) / N,
                                                              static_cast<int64_t>(i) % N, K, 256)
@@ -158,7 +159,8 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
       Tensor want = Tensor::empty({rows, N}, DType::kF32), got = Tensor::empty({rows, N}, DType::kF32);
       ops::matmul(ctx, xs, dense, Tensor(), want);
       ops::quantized_matmul(ctx, xs, q, Tensor(), got);
-      const bool int8_x = cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() && type == GgmlType::kQ6_K;
+      const bool int8_x = cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() &&
+                          (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K);
       for (int64_t t = 0; t < rows; ++t) {
         for (int64_t n = 0; n < N; ++n) {
           const double rounding = int8_x ? int8_rounding(xv.data(), dense.data<float>(), t, n, K, 256) : 0.0;

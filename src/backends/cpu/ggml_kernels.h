@@ -27,7 +27,7 @@ struct GgmlMatrix {
 void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
                  float* y);
 
-// Q6_K decode on AVX-512 VNNI (ggml_vnni.cpp): x rounded to int8 per 256 elements, T <= 4.
+// Q4_K and Q6_K decode on AVX-512 VNNI (ggml_vnni.cpp): x rounded to int8 per 256 elements, T <= 4.
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T);
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
 

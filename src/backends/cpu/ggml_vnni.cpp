@@ -1,4 +1,6 @@
-// Q6_K decode on AVX-512 VNNI: y = x w^T for few rows of x, reading each 210-byte block once.
+// Q4_K and Q6_K decode on AVX-512 VNNI: y = x w^T for few rows of x, reading each block once.
+// x is rounded to int8 per 256 elements (dx = max|x| / 127, as llama.cpp's Q8_K) and the codes
+// meet it in vpdpbusd (unsigned codes times signed x, four per int32 lane).
 //
 // Q6_K (core/ggml_blocks.h): per 256 elements, w = d * sc[e / 16] * (q - 32) with 6-bit q, in
 // two halves of 128. In a half, the 64 bytes of ql hold elements 0..63 in their low nibbles and
@@ -6,10 +8,16 @@
 // l + 32, l + 64 and l + 96 (bits 0-1, 2-3, 4-5, 6-7). With qh2 = [qh, qh >> 2] (64 bytes),
 //   codes of elements  0..63  = (ql & 0x0f) | ((qh2 << 4) & 0x30)
 //   codes of elements 64..127 = ((ql >> 4) & 0x0f) | (qh2 & 0x30),
-// two vectors of unsigned 6-bit codes that meet contiguous x. x is rounded to int8 per 256
-// elements (dx = max|x| / 127, as llama.cpp's Q8_K); vpdpbusd started from -32 * (sum of the
-// lane's four x codes) gives each int32 lane sum (q - 32) xq exactly; times the lane's integer
-// scale it is summed over the block in int32, and the block adds d * dx * that sum in float.
+// two vectors of unsigned 6-bit codes that meet contiguous x. vpdpbusd started from -32 * (sum
+// of the lane's four x codes) gives each int32 lane sum (q - 32) xq exactly; times the lane's
+// integer scale it is summed over the block in int32, and the block adds d * dx * that sum.
+//
+// Q4_K: per 256 elements, w = d * sc[j] * q - dmin * m[j] for sub-block j of 32, 4-bit q. Bytes
+// 32c..32c+31 of qs hold sub-block 2c in their low nibbles and 2c + 1 in their high ones, so
+// 64 bytes of qs give two vectors of codes: low nibbles (sub-blocks 2c, 2c + 2) and high ones
+// (2c + 1, 2c + 3), each meeting two 32-byte runs of xq. The block adds
+// dx * (d * sum_j sc[j] sum q xq - dmin * sum_j m[j] sum xq), the sums of xq per sub-block
+// taken once per x.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,16 +39,18 @@ struct Q8Blocks {
   int64_t T = 0, blocks = 0;
   std::vector<int8_t> q;        // [T, K]
   std::vector<float> dx;        // [T, blocks]
-  std::vector<int32_t> offset;  // [T, blocks, 4, 16]: -32 * (sum of each lane's 4 codes)
+  std::vector<int32_t> offset;  // Q6_K: [T, blocks, 4, 16]: -32 * (sum of each lane's 4 codes)
+  std::vector<int32_t> sums;    // Q4_K: [T, blocks, 8]: sum of each sub-block's 32 codes
 };
 
-HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K) {
+HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType type) {
   Q8Blocks p;
   p.T = T;
   p.blocks = K / kBlock;
   p.q.resize(static_cast<size_t>(T * K));
   p.dx.resize(static_cast<size_t>(T * p.blocks));
-  p.offset.resize(static_cast<size_t>(T * p.blocks * 64));
+  (type == GgmlType::kQ6_K ? p.offset : p.sums)
+      .resize(static_cast<size_t>(T * p.blocks * (type == GgmlType::kQ6_K ? 64 : 8)));
   const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b = 0; b < p.blocks; ++b) {
@@ -55,10 +65,16 @@ HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K) {
         const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + k), inv));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + k), _mm512_cvtepi32_epi8(v));
       }
-      int32_t* off = p.offset.data() + (t * p.blocks + b) * 64;
       for (int v = 0; v < 4; ++v) {
         const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(qb + v * 64));
-        _mm512_storeu_si512(off + v * 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-32)));
+        if (type == GgmlType::kQ6_K) {
+          int32_t* off = p.offset.data() + (t * p.blocks + b) * 64;
+          _mm512_storeu_si512(off + v * 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-32)));
+        } else {  // lanes 0-7 and 8-15 are sub-blocks 2v and 2v + 1
+          int32_t* sub = p.sums.data() + (t * p.blocks + b) * 8 + 2 * v;
+          sub[0] = _mm512_mask_reduce_add_epi32(0x00FF, sums);
+          sub[1] = _mm512_mask_reduce_add_epi32(0xFF00, sums);
+        }
       }
     }
   }
@@ -115,25 +131,109 @@ HEARTH_VNNI void q6k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
   for (int t = 0; t < kT; ++t) y[t * w.N + n] = _mm512_reduce_add_ps(acc[t]) + add;
 }
 
+// 32 bytes of xq at a and 32 at b as one vector.
+HEARTH_VNNI inline __m512i two_runs(const int8_t* a, const int8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// A Q4_K block's 12 scale bytes as 8 scales (low 8 bytes) and 8 mins (high 8 bytes), whole
+// words at a time (core/ggml_blocks.h's q4_k_scale_min, four sub-blocks per step).
+inline __m128i q4_k_scales_mins(const uint8_t* s12) {
+  uint32_t s0, s1, s2;
+  std::memcpy(&s0, s12, 4);
+  std::memcpy(&s1, s12 + 4, 4);
+  std::memcpy(&s2, s12 + 8, 4);
+  const uint32_t scales_lo = s0 & 0x3F3F3F3Fu, mins_lo = s1 & 0x3F3F3F3Fu;
+  const uint32_t scales_hi = (s2 & 0x0F0F0F0Fu) | (((s0 >> 6) & 0x03030303u) << 4);
+  const uint32_t mins_hi = ((s2 >> 4) & 0x0F0F0F0Fu) | (((s1 >> 6) & 0x03030303u) << 4);
+  return _mm_set_epi32(static_cast<int>(mins_hi), static_cast<int>(mins_lo), static_cast<int>(scales_hi),
+                       static_cast<int>(scales_lo));
+}
+
 template <int kT>
-void q6k_rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) q6k_row<kT>(p, w, bias, y, n);
+HEARTH_VNNI void q4k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, int64_t n) {
+  const uint8_t* row = w.blocks + static_cast<size_t>(n) * w.row_bytes;
+  const int64_t K = w.K;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  // codes[v] (below) has sub-blocks j and j + 2 in lanes 0-7 and 8-15, j = 4 (v / 2) + v % 2:
+  // the lanes' indexes into the block's 8 scales.
+  __m512i sc_idx[4];
+  for (int v = 0; v < 4; ++v) {
+    const int j = 4 * (v / 2) + v % 2;
+    sc_idx[v] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(j), _mm512_set1_epi32(j + 2));
+  }
+  __m512 acc[kT];
+  __m256 mins[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps(), mins[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    const auto* blk = reinterpret_cast<const BlockQ4_K*>(row + b * sizeof(BlockQ4_K));
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4) + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4) + 128, _MM_HINT_T0);
+    const __m128i sm = q4_k_scales_mins(blk->scales);
+    const __m512i sc = _mm512_cvtepu8_epi32(sm);                    // lanes 0-7: the scales
+    const __m256i m = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));  // the mins
+    // codes[2h + hi]: qs bytes 64h..64h+63, low (hi = 0) or high nibbles.
+    __m512i codes[4];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i qs = _mm512_loadu_si512(blk->qs + 64 * h);
+      codes[2 * h] = _mm512_and_si512(qs, low4);
+      codes[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(qs, 4), low4);
+    }
+    uint16_t dh, mh;
+    std::memcpy(&dh, &blk->d, 2);
+    std::memcpy(&mh, &blk->dmin, 2);
+    const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
+    for (int t = 0; t < kT; ++t) {
+      const int8_t* xq = p.q.data() + t * K + b * kBlock;
+      __m512i isum = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v) {
+        const int j = 4 * (v / 2) + v % 2;
+        const __m512i dot =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[v], two_runs(xq + 32 * j, xq + 32 * j + 64));
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_permutexvar_epi32(sc_idx[v], sc)));
+      }
+      const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.sums.data() + (t * p.blocks + b) * 8));
+      const float dx = p.dx[static_cast<size_t>(t * p.blocks + b)];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[t]);
+      mins[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(m, sums)), _mm256_set1_ps(dmin * dx), mins[t]);
+    }
+  }
+  const float add = bias != nullptr ? bias[n] : 0.0f;
+  for (int t = 0; t < kT; ++t) {
+    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins[t]), _mm256_extractf128_ps(mins[t], 1));
+    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+    const float min_total = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+    y[t * w.N + n] = _mm512_reduce_add_ps(acc[t]) - min_total + add;
+  }
+}
+
+template <int kT>
+void rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    if (w.type == GgmlType::kQ6_K) {
+      q6k_row<kT>(p, w, bias, y, n);
+    } else {
+      q4k_row<kT>(p, w, bias, y, n);
+    }
+  }
 }
 
 }  // namespace
 
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T) {
-  return has_avx512_vnni() && w.type == GgmlType::kQ6_K && T <= 4 && w.K % kBlock == 0;
+  return has_avx512_vnni() && (w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K) && T <= 4 && w.K % kBlock == 0;
 }
 
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y) {
-  const Q8Blocks p = quantize_x(x, T, w.K);
+  const Q8Blocks p = quantize_x(x, T, w.K, w.type);
   auto run = [&](int64_t a, int64_t b) {
     switch (T) {
-      case 1: q6k_rows<1>(p, w, bias, y, a, b); break;
-      case 2: q6k_rows<2>(p, w, bias, y, a, b); break;
-      case 3: q6k_rows<3>(p, w, bias, y, a, b); break;
-      default: q6k_rows<4>(p, w, bias, y, a, b); break;
+      case 1: rows<1>(p, w, bias, y, a, b); break;
+      case 2: rows<2>(p, w, bias, y, a, b); break;
+      case 3: rows<3>(p, w, bias, y, a, b); break;
+      default: rows<4>(p, w, bias, y, a, b); break;
     }
   };
   parallel_rows(pool, w.N, 16, run);
