@@ -85,6 +85,15 @@ __device__ inline void q4_k_scale_min(const uint4& head, int j, int* sc, int* m)
   }
 }
 
+// Row n of y for each of the kT rows of x: the warp's sum of acc, plus the bias.
+template <int kT>
+__device__ inline void store_rows(const float (&acc)[kT], int lane, int64_t n, int64_t N, const float* bias, float* y) {
+  for (int t = 0; t < kT; ++t) {
+    const float total = warp_sum(acc[t]);
+    if (lane == 0) y[t * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
 // One warp per row; lane by lane over the row's 16-byte pieces of codes (8 per 144-byte block:
 // piece p = 2c + h holds bytes 32c + 16h .. + 15 of qs), four in flight, each with its block's
 // 16-byte head (d, dmin, scales).
@@ -145,17 +154,7 @@ __global__ void q4_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
       }
     }
   }
-  for (int t = 0; t < kT; ++t) {
-    const float total = warp_sum(acc[t]);
-    if (lane == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
-  }
-}
-
-template <int kT>
-void q4_k_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
-               void* scratch) {
-  const PreparedX px = prepare_x<8>(s, x, T, w.K, 32, scratch);
-  launch_kernel(q4_k_dp4a_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
+  store_rows<kT>(acc, lane, n, w.N, bias, y);
 }
 
 // The 16 bytes at p, which is 2-byte aligned, as four words (five aligned loads, shifted).
@@ -219,17 +218,16 @@ __global__ void q6_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
       }
     }
   }
-  for (int t = 0; t < kT; ++t) {
-    const float total = warp_sum(acc[t]);
-    if (lane == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
-  }
+  store_rows<kT>(acc, lane, n, w.N, bias, y);
 }
 
+// The integer kernel of w's type, after x rounded to int8 per 32 values.
 template <int kT>
-void q6_k_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
-               void* scratch) {
+void k_quant_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
+                  void* scratch) {
   const PreparedX px = prepare_x<8>(s, x, T, w.K, 32, scratch);
-  launch_kernel(q6_k_dp4a_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
+  launch_kernel(w.type == GgmlType::kQ4_K ? q4_k_dp4a_kernel<kT> : q6_k_dp4a_kernel<kT>,
+                blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
 }
 
 template <int kT>
@@ -244,10 +242,7 @@ __global__ void matvec_kernel(GgmlArgs w, const float* x, const float* bias, flo
     const float wk = element(w, n, k);
     for (int t = 0; t < kT; ++t) acc[t] += x[t * w.K + k] * wk;
   }
-  for (int t = 0; t < kT; ++t) {
-    const float total = warp_sum(acc[t]);
-    if (lane == 0) y[t * w.N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
-  }
+  store_rows<kT>(acc, lane, n, w.N, bias, y);
 }
 
 template <int kT>
@@ -282,30 +277,19 @@ bool ggml_has_kernels(GgmlType type) { return type == GgmlType::kQ4_K || type ==
 void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const GgmlArgs& w, const float* bias, float* y,
                  void* scratch) {
   if (T == 0 || w.N == 0) return;
-  // The integer kernel reads 16-byte pieces: rows (144-byte blocks) start 16-byte aligned.
-  if (T <= kMatvecRows && w.type == GgmlType::kQ4_K && reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0) {
+  // The Q4_K kernel reads 16-byte pieces: rows (144-byte blocks) start 16-byte aligned. The
+  // Q6_K one reads words.
+  const bool integer = w.type == GgmlType::kQ6_K || reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0;
+  if (T <= kMatvecRows && integer) {
     switch (T) {
-      case 1: q4_k_dp4a<1>(s, w, x, T, bias, y, scratch); break;
-      case 2: q4_k_dp4a<2>(s, w, x, T, bias, y, scratch); break;
-      case 3: q4_k_dp4a<3>(s, w, x, T, bias, y, scratch); break;
-      case 4: q4_k_dp4a<4>(s, w, x, T, bias, y, scratch); break;
-      case 5: q4_k_dp4a<5>(s, w, x, T, bias, y, scratch); break;
-      case 6: q4_k_dp4a<6>(s, w, x, T, bias, y, scratch); break;
-      case 7: q4_k_dp4a<7>(s, w, x, T, bias, y, scratch); break;
-      default: q4_k_dp4a<kMatvecRows>(s, w, x, T, bias, y, scratch); break;
-    }
-    return;
-  }
-  if (T <= kMatvecRows && w.type == GgmlType::kQ6_K) {
-    switch (T) {
-      case 1: q6_k_dp4a<1>(s, w, x, T, bias, y, scratch); break;
-      case 2: q6_k_dp4a<2>(s, w, x, T, bias, y, scratch); break;
-      case 3: q6_k_dp4a<3>(s, w, x, T, bias, y, scratch); break;
-      case 4: q6_k_dp4a<4>(s, w, x, T, bias, y, scratch); break;
-      case 5: q6_k_dp4a<5>(s, w, x, T, bias, y, scratch); break;
-      case 6: q6_k_dp4a<6>(s, w, x, T, bias, y, scratch); break;
-      case 7: q6_k_dp4a<7>(s, w, x, T, bias, y, scratch); break;
-      default: q6_k_dp4a<kMatvecRows>(s, w, x, T, bias, y, scratch); break;
+      case 1: k_quant_dp4a<1>(s, w, x, T, bias, y, scratch); break;
+      case 2: k_quant_dp4a<2>(s, w, x, T, bias, y, scratch); break;
+      case 3: k_quant_dp4a<3>(s, w, x, T, bias, y, scratch); break;
+      case 4: k_quant_dp4a<4>(s, w, x, T, bias, y, scratch); break;
+      case 5: k_quant_dp4a<5>(s, w, x, T, bias, y, scratch); break;
+      case 6: k_quant_dp4a<6>(s, w, x, T, bias, y, scratch); break;
+      case 7: k_quant_dp4a<7>(s, w, x, T, bias, y, scratch); break;
+      default: k_quant_dp4a<kMatvecRows>(s, w, x, T, bias, y, scratch); break;
     }
     return;
   }
