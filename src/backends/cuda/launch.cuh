@@ -2,7 +2,7 @@
 // (programmatic dependent launch, sm_90 and later). A decode step is hundreds of short kernels;
 // serialized, each pays a launch and a ramp-up after its predecessor's last block, and for the
 // small matrices of a 4-bit model that gap is as long as the work. Launched early, a kernel's
-// blocks are resident when its predecessor ends and start with the weights already in L2.
+// blocks are resident when its predecessor ends, the heads of their weight rows already in L2.
 //
 // The contract, for every kernel started by launch_kernel: each thread calls
 // wait_for_previous() before it reads anything an earlier kernel wrote and before it writes
@@ -33,7 +33,7 @@ __device__ inline void wait_for_previous() {
 // Warp-wide: asks L2 for the head of a weight row, [p, p + min(bytes, kRowHeadBytes)): what the
 // warp's first round of loads reads (32 lanes x 4 x 16 bytes), lane i taking line i. Whole rows
 // would not fit: every resident warp asking for its row is 8448 warps x 28 KiB for the down
-// projection against a 50 MB L2, and measured slower than no prefetch at all.
+// projection against a 50 MB L2, and read the big matrices ~30% slower (bench/RESULTS.md).
 constexpr int64_t kRowHeadBytes = 2048;
 __device__ inline void prefetch_row_head(const void* p, int64_t bytes, int lane) {
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
