@@ -59,6 +59,26 @@ HEARTH_AVX512 float exp_sum_avx512(float* s, int64_t n, float mx) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// Lane j of the result = the sum of the 16 lanes of v[j]. Pairs of vectors are interleaved and
+// added (each 128-bit lane then holds four vectors' sums over its four floats), then the 128-bit
+// lanes of four such vectors are transposed and added.
+HEARTH_AVX512 inline __m512 sum16(const __m512 (&v)[16]) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i)
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // quads[i], 128-bit lane L: the sums over lane L of v[4i .. 4i + 3].
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                  _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
 // and sums are f32.
 template <DType KT>
@@ -96,38 +116,65 @@ struct RowHead {
 
   // AVX-512 with Dh = 16 * kD, for kG query heads h0 .. h0 + kG that share a KV head (GQA):
   // each K and V row is loaded once for all of them; q and the output rows stay in registers
-  // across the keys. scores: [kG, n].
+  // across the keys. A key's dot is left as 16 partial sums until 16 keys have them; then one
+  // transposing tree (sum16) turns the 16 vectors into the 16 scores, where a horizontal sum per
+  // key cost as much as the dot. scores: [kG, n].
+  // Flattened: for_each_row, which has no target of its own, can only inline the AVX-512
+  // visitors once it is itself inlined here; without that the outputs live on the stack.
   template <int kD, int kG>
-  HEARTH_AVX512 void run_in_registers(int64_t t, int64_t seq, int64_t h0, int64_t lo, int64_t c,
-                                      int64_t kv_head) const {
-    __m512 qv[kG][kD], o[kG][kD];
+  HEARTH_AVX512 __attribute__((flatten)) void run_in_registers(int64_t t, int64_t seq, int64_t h0, int64_t lo,
+                                                               int64_t c, int64_t kv_head) const {
+    __m512 qv[kG][kD];
     for (int g = 0; g < kG; ++g) {
-      for (int i = 0; i < kD; ++i) {
-        qv[g][i] = _mm512_loadu_ps(a.q + (t * a.Hq + h0 + g) * a.Dh + 16 * i);
-        o[g][i] = _mm512_setzero_ps();
-      }
+      for (int i = 0; i < kD; ++i) qv[g][i] = _mm512_loadu_ps(a.q + (t * a.Hq + h0 + g) * a.Dh + 16 * i);
     }
     const int64_t n = c - lo + 1;
-    float mx[kG];
-    for (int g = 0; g < kG; ++g) mx[g] = -INFINITY;
+    __m512 partial[kG][16];
+    __m512 mx[kG];
+    for (int g = 0; g < kG; ++g) mx[g] = _mm512_set1_ps(-INFINITY);
+    // Scores of keys lo + first .. lo + first + count from the pending partial sums.
+    auto flush = [&](int64_t first, int count) HEARTH_AVX512 {
+      const __mmask16 m = simd::tail_mask16(count);
+      for (int g = 0; g < kG; ++g) {
+        const __m512 sc = _mm512_mul_ps(sum16(partial[g]), _mm512_set1_ps(a.scale));
+        _mm512_mask_storeu_ps(scores.data() + g * n + first, m, sc);
+        mx[g] = _mm512_mask_max_ps(mx[g], m, mx[g], sc);
+      }
+    };
     for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* k) HEARTH_AVX512 {
       __m512 kr[kD];
       for (int i = 0; i < kD; ++i) kr[i] = simd::load16<KT>(k, 16 * i, 0xffff);
+      const int slot = static_cast<int>((j - lo) % 16);
       for (int g = 0; g < kG; ++g) {
         __m512 acc = _mm512_mul_ps(qv[g][0], kr[0]);
         for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[g][i], kr[i], acc);
-        const float sc = _mm512_reduce_add_ps(acc) * a.scale;
-        scores[static_cast<size_t>(g * n + j - lo)] = sc;
-        mx[g] = std::max(mx[g], sc);
+        partial[g][slot] = acc;
       }
+      if (slot == 15) flush(j - lo - 15, 16);
     });
+    if (const int rest = static_cast<int>(n % 16); rest != 0) {
+      for (int g = 0; g < kG; ++g) {
+        for (int i = rest; i < 16; ++i) partial[g][i] = _mm512_setzero_ps();
+      }
+      flush(n - rest, rest);
+    }
     float inv[kG];
-    for (int g = 0; g < kG; ++g) inv[g] = 1.0f / exp_sum_avx512(scores.data() + g * n, n, mx[g]);
+    for (int g = 0; g < kG; ++g) inv[g] = 1.0f / exp_sum_avx512(scores.data() + g * n, n, _mm512_reduce_max_ps(mx[g]));
+    // The outputs live only from here: zeroed before the K pass they would share the registers
+    // with q, and the V pass would keep them on the stack.
+    __m512 o[kG][kD];
+    for (int g = 0; g < kG; ++g) {
+      for (int i = 0; i < kD; ++i) o[g][i] = _mm512_setzero_ps();
+    }
     for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* v) HEARTH_AVX512 {
+      __m512 p[kG];
+#pragma GCC unroll 8
+      for (int g = 0; g < kG; ++g) p[g] = _mm512_set1_ps(scores[static_cast<size_t>(g * n + j - lo)] * inv[g]);
+#pragma GCC unroll 16
       for (int i = 0; i < kD; ++i) {
         const __m512 vr = simd::load16<KT>(v, 16 * i, 0xffff);
-        for (int g = 0; g < kG; ++g)
-          o[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(scores[static_cast<size_t>(g * n + j - lo)] * inv[g]), vr, o[g][i]);
+#pragma GCC unroll 8
+        for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[g], vr, o[g][i]);
       }
     });
     for (int g = 0; g < kG; ++g) {
