@@ -659,6 +659,29 @@ TEST(ops_kernel, AttentionLongContext) {
   }
 }
 
+// Prefill long enough for full 16-row tiles and several 16-key blocks per row, fresh and chunked
+// (rows starting mid-block), with windows shorter than a block and longer than one.
+TEST(ops_kernel, AttentionLongPrefill) {
+  std::mt19937 rng(14);
+  for (int64_t Dh : {64, 128}) {
+    for (int64_t group : {1, 2, 4}) {
+      for (int32_t window : {0, 7, 33}) {
+        const DType kv = std::array{DType::kF32, DType::kF16, DType::kBF16}[size_t(window % 3)];
+        AttentionCase c{2 * group, 2, Dh, window == 7 ? 3 : 16, window, {40, 1, 23}, {0, 9, 30}, kv};
+        const AttentionSetup setup(c, rng);
+        const std::vector<float> ref = setup.run(Isa::kScalar, nullptr);
+        expect_close(ref, setup.reference(), 1e-5, kRtol, c.str() + " scalar vs dense reference");
+        for (Isa isa : simd_isas()) {
+          for (ThreadPool* pool : pools()) {
+            expect_close(setup.run(isa, pool), ref, 1e-5, kRtol,
+                         c.str() + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool));
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- kv_write
 
 // f32 -> f16/bf16 as the cache stores it: every ISA rounds exactly as f32_to_f16 / f32_to_bf16

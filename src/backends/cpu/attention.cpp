@@ -4,6 +4,7 @@
 // it attends to cache indices j in [lo, c], lo = max(0, c - window + 1) with a window.
 // Exact two-pass softmax per (row, head): scores, max, exp, normalize, weighted sum of V.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -15,6 +16,7 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kPrefetchRows = 4;  // K/V rows fetched ahead of the one in use
+constexpr int64_t kTileRows = 16;     // prefill query rows that share each K/V row read
 
 // out += p * v over Dh; v of the cache's element type KT.
 template <DType KT>
@@ -81,12 +83,20 @@ HEARTH_AVX512 inline __m512 sum16(const __m512 (&v)[16]) {
 
 // One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
 // and sums are f32.
+// Buffers of one worker.
+struct Scratch {
+  std::vector<float> scores;  // [rows, heads, context]
+  std::vector<float> rows;    // [16, Dh]: a block of 16 K or V rows widened to f32
+  std::vector<float> out;     // [rows, heads, Dh]: a tile's output sums
+};
+
 template <DType KT>
 struct RowHead {
   using Elem = std::conditional_t<KT == DType::kF32, float, uint16_t>;
   const AttentionArgs& a;
   Isa isa;
-  std::vector<float>& scores;
+  Scratch& scratch;
+  std::vector<float>& scores = scratch.scores;
 
   // Calls visit(j, row) for cache indices j = lo .. c in order, row = that position's
   // [Dh] vector of kv_head. Positions run contiguously within a block (rows Hkv * Dh apart),
@@ -182,6 +192,106 @@ struct RowHead {
     }
   }
 
+  // Prefill tiles on AVX-512 with Dh = 16 * kD: `rows` consecutive query rows t0 .. of one
+  // sequence (cache indices c0, c0 + 1, ...) and the kG query heads h0 .. of one KV head. Keys go
+  // 16 at a time: their K (then V) rows are widened into scratch.rows once and serve every row
+  // and head of the tile, where the per-row kernel reads and widens each of them once per
+  // query row. Scores come from the 16 partial dots through sum16, as in run_in_registers; each
+  // row keeps only its own keys [lo_r, c_r] (causal, window), so its scores, softmax and sums
+  // are those of the per-row kernel.
+  template <int kD, int kG>
+  HEARTH_AVX512 __attribute__((flatten)) void run_tile(int64_t t0, int64_t rows, int64_t seq, int64_t h0,
+                                                       int64_t kv_head) const {
+    const int64_t Dh = a.Dh, c0 = a.context_lens[seq] + t0 - a.seq_starts[seq];
+    auto lo_of = [&](int64_t r) { return a.window > 0 ? std::max<int64_t>(0, c0 + r - a.window + 1) : int64_t{0}; };
+    const int64_t first = lo_of(0), last = c0 + rows - 1, n = last - first + 1;  // the tile's keys
+    float* block = scratch.rows.data();
+    // scores of (row r, head g) at key j: scores[(r * kG + g) * n + j - first].
+    std::array<float, kTileRows * kG> row_max, inv;
+    row_max.fill(-INFINITY);
+    auto widen_block = [&](const void* cache, int64_t j0, int64_t count) HEARTH_AVX512 {
+      int64_t jj = 0;
+      for_each_row(cache, seq, j0, j0 + count - 1, kv_head, [&](int64_t, const Elem* src) HEARTH_AVX512 {
+        for (int i = 0; i < kD; ++i) _mm512_storeu_ps(block + jj * Dh + 16 * i, simd::load16<KT>(src, 16 * i, 0xffff));
+        ++jj;
+      });
+      for (; jj < 16; ++jj) std::fill(block + jj * Dh, block + (jj + 1) * Dh, 0.0f);
+    };
+    for (int64_t j0 = first; j0 <= last; j0 += 16) {
+      const int64_t count = std::min<int64_t>(16, last + 1 - j0);
+      widen_block(a.k_cache, j0, count);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lo = lo_of(r), c = c0 + r;
+        // This row's keys in the block: lanes [from, to].
+        const int64_t from = std::max<int64_t>(0, lo - j0), to = std::min<int64_t>(count - 1, c - j0);
+        if (from > to) continue;
+        const __mmask16 keep = static_cast<__mmask16>(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
+        for (int g = 0; g < kG; ++g) {
+          const float* q = a.q + ((t0 + r) * a.Hq + h0 + g) * Dh;
+          __m512 qv[kD];
+          for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
+          __m512 partial[16];
+          for (int jj = 0; jj < 16; ++jj) {
+            const float* k = block + jj * Dh;
+            __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+            for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(k + 16 * i), acc);
+            partial[jj] = acc;
+          }
+          const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
+          // Lanes from .. to, moved down to lane 0, land at key j0 + from of the row's scores.
+          float* dst = scores.data() + (r * kG + g) * n + (j0 + from - lo);
+          _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << (to - from + 1)) - 1),
+                                _mm512_maskz_compress_ps(keep, sc));
+          float& m = row_max[static_cast<size_t>(r * kG + g)];
+          m = std::max(m, _mm512_mask_reduce_max_ps(keep, sc));
+        }
+      }
+    }
+    // Softmax per (row, head) over its own keys.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int g = 0; g < kG; ++g) {
+        const size_t rg = static_cast<size_t>(r * kG + g);
+        inv[rg] = 1.0f / exp_sum_avx512(scores.data() + rg * n, c0 + r - lo_of(r) + 1, row_max[rg]);
+      }
+    }
+    float* out = scratch.out.data();
+    std::fill(out, out + rows * kG * Dh, 0.0f);
+    for (int64_t j0 = first; j0 <= last; j0 += 16) {
+      const int64_t count = std::min<int64_t>(16, last + 1 - j0);
+      widen_block(a.v_cache, j0, count);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lo = lo_of(r), c = c0 + r;
+        const int64_t from = std::max<int64_t>(0, lo - j0), to = std::min<int64_t>(count - 1, c - j0);
+        for (int g = 0; g < kG; ++g) {
+          if (from > to) continue;
+          const size_t rg = static_cast<size_t>(r * kG + g);
+          float* o_row = out + rg * Dh;
+          __m512 o[kD];
+          for (int i = 0; i < kD; ++i) o[i] = _mm512_loadu_ps(o_row + 16 * i);
+          const float* p = scores.data() + rg * n;  // key j at p[j - lo]
+          for (int64_t jj = from; jj <= to; ++jj) {
+            const __m512 pv = _mm512_set1_ps(p[j0 + jj - lo] * inv[rg]);
+            for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(block + jj * Dh + 16 * i), o[i]);
+          }
+          for (int i = 0; i < kD; ++i) _mm512_storeu_ps(o_row + 16 * i, o[i]);
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int g = 0; g < kG; ++g) {
+        std::copy_n(out + (r * kG + g) * Dh, Dh, a.out + ((t0 + r) * a.Hq + h0 + g) * Dh);
+      }
+    }
+  }
+
+  // A prefill tile on AVX-512 (Dh 64 or 128), heads h0 .. h0 + heads (1 or 2).
+  void tile(int64_t t0, int64_t rows, int64_t seq, int64_t h0, int64_t heads) const {
+    const int64_t kv_head = h0 / (a.Hq / a.Hkv);
+    if (a.Dh == 128)
+      return heads == 2 ? run_tile<8, 2>(t0, rows, seq, h0, kv_head) : run_tile<8, 1>(t0, rows, seq, h0, kv_head);
+    return heads == 2 ? run_tile<4, 2>(t0, rows, seq, h0, kv_head) : run_tile<4, 1>(t0, rows, seq, h0, kv_head);
+  }
+
   // Query heads h0 .. h0 + heads (1 or 2, sharing a KV head) of row t.
   void run(int64_t t, int64_t seq, int64_t h0, int64_t heads) const {
     const int64_t c = a.context_lens[seq] + t - a.seq_starts[seq];
@@ -230,27 +340,42 @@ struct RowHead {
 }  // namespace
 
 void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
-  // Row -> sequence map and the longest context, computed once.
-  std::vector<int32_t> row_seq(static_cast<size_t>(a.T));
+  // Tiles of up to kTileRows consecutive rows of one sequence (a decode row is a tile of one),
+  // and the longest context.
+  struct Tile {
+    int64_t t0, rows, seq;
+  };
+  std::vector<Tile> tiles;
   int64_t max_ctx = 1;
   for (int64_t s = 0; s < a.n_seqs; ++s) {
-    for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; ++t)
-      row_seq[static_cast<size_t>(t)] = static_cast<int32_t>(s);
+    for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; t += kTileRows)
+      tiles.push_back({t, std::min(kTileRows, a.seq_starts[s + 1] - t), s});
     max_ctx = std::max<int64_t>(max_ctx, a.context_lens[s] + a.seq_starts[s + 1] - a.seq_starts[s]);
   }
-  // Work items: pairs of query heads that share a KV head (single heads without GQA).
-  const int64_t pair = (a.Hq / a.Hkv) % 2 == 0 ? 2 : 1, per_row = a.Hq / pair;
+  // Work items: (tile, pair of query heads that share a KV head; single heads without GQA).
+  const int64_t pair = (a.Hq / a.Hkv) % 2 == 0 ? 2 : 1, per_tile = a.Hq / pair;
+  const bool tiled = isa == Isa::kAvx512 && (a.Dh == 128 || a.Dh == 64);
   auto run = [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(pair * max_ctx));
+    Scratch scratch;
+    scratch.scores.resize(static_cast<size_t>(kTileRows * pair * max_ctx));
+    if (tiled) {
+      scratch.rows.resize(static_cast<size_t>(16 * a.Dh));
+      scratch.out.resize(static_cast<size_t>(kTileRows * pair * a.Dh));
+    }
     dispatch_float(a.kv_dtype, [&]<DType KT>() {
-      const RowHead<KT> rh{a, isa, scores};
+      const RowHead<KT> rh{a, isa, scratch};
       for (int64_t i = begin; i < end; ++i) {
-        const int64_t t = i / per_row, h0 = i % per_row * pair;
-        rh.run(t, row_seq[static_cast<size_t>(t)], h0, pair);
+        const Tile& tile = tiles[static_cast<size_t>(i / per_tile)];
+        const int64_t h0 = i % per_tile * pair;
+        if (tiled && tile.rows > 1) {
+          rh.tile(tile.t0, tile.rows, tile.seq, h0, pair);
+        } else {
+          for (int64_t t = tile.t0; t < tile.t0 + tile.rows; ++t) rh.run(t, tile.seq, h0, pair);
+        }
       }
     });
   };
-  const int64_t items = a.T * per_row;
+  const int64_t items = static_cast<int64_t>(tiles.size()) * per_tile;
   if (pool != nullptr) {
     pool->parallel_for(items, 1, run);
   } else {
