@@ -3,6 +3,9 @@
 // Query row t of sequence s sits at cache index c = context_lens[s] + t - seq_starts[s];
 // it attends to cache indices j in [lo, c], lo = max(0, c - window + 1) with a window.
 // Exact two-pass softmax per (row, head): scores, max, exp, normalize, weighted sum of V.
+// On AVX-512 with head dims 64 and 128, decode rows run one at a time with q and the output in
+// registers; prefill rows run in tiles of 16 rows of one sequence that share each block of 16
+// K/V rows, widened to f32 once (run_tile).
 #include <algorithm>
 #include <array>
 #include <cmath>
