@@ -349,21 +349,24 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
     int64_t t0, rows, seq;
   };
   std::vector<Tile> tiles;
-  int64_t max_ctx = 1;
+  int64_t max_ctx = 1, max_rows = 1;
   for (int64_t s = 0; s < a.n_seqs; ++s) {
-    for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; t += kTileRows)
+    for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; t += kTileRows) {
       tiles.push_back({t, std::min(kTileRows, a.seq_starts[s + 1] - t), s});
+      max_rows = std::max(max_rows, tiles.back().rows);
+    }
     max_ctx = std::max<int64_t>(max_ctx, a.context_lens[s] + a.seq_starts[s + 1] - a.seq_starts[s]);
   }
   // Work items: (tile, pair of query heads that share a KV head; single heads without GQA).
   const int64_t pair = (a.Hq / a.Hkv) % 2 == 0 ? 2 : 1, per_tile = a.Hq / pair;
   const bool tiled = isa == Isa::kAvx512 && (a.Dh == 128 || a.Dh == 64);
   auto run = [&](int64_t begin, int64_t end) {
+    // Sized by the batch's largest tile: a decode step's buffers are those of one row.
     Scratch scratch;
-    scratch.scores.resize(static_cast<size_t>(kTileRows * pair * max_ctx));
-    if (tiled) {
+    scratch.scores.resize(static_cast<size_t>(max_rows * pair * max_ctx));
+    if (tiled && max_rows > 1) {
       scratch.rows.resize(static_cast<size_t>(16 * a.Dh));
-      scratch.out.resize(static_cast<size_t>(kTileRows * pair * a.Dh));
+      scratch.out.resize(static_cast<size_t>(max_rows * pair * a.Dh));
     }
     dispatch_float(a.kv_dtype, [&]<DType KT>() {
       const RowHead<KT> rh{a, isa, scratch};
