@@ -640,21 +640,26 @@ TEST(ops_kernel, Attention) {
   }
 }
 
+// The scalar kernel against the dense reference, then every SIMD ISA, with and without
+// threads, against the scalar kernel.
+void expect_simd_matches_scalar(const AttentionCase& c, std::mt19937& rng) {
+  const AttentionSetup setup(c, rng);
+  const std::vector<float> ref = setup.run(Isa::kScalar, nullptr);
+  expect_close(ref, setup.reference(), 1e-5, kRtol, c.str() + " scalar vs dense reference");
+  for (Isa isa : simd_isas()) {
+    for (ThreadPool* pool : pools()) {
+      expect_close(setup.run(isa, pool), ref, 1e-5, kRtol,
+                   c.str() + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool));
+    }
+  }
+}
+
 // A long decode context (several hundred keys) with a window, in one sequence among short ones.
 TEST(ops_kernel, AttentionLongContext) {
   std::mt19937 rng(12);
   for (int32_t window : {0, 128, 700}) {
     for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
-      AttentionCase c{8, 2, 64, 16, window, {1, 5, 1}, {600, 0, 37}, kv};
-      const AttentionSetup setup(c, rng);
-      const std::vector<float> ref = setup.run(Isa::kScalar, nullptr);
-      expect_close(ref, setup.reference(), 1e-5, kRtol, c.str() + " scalar vs dense reference");
-      for (Isa isa : simd_isas()) {
-        for (ThreadPool* pool : pools()) {
-          expect_close(setup.run(isa, pool), ref, 1e-5, kRtol,
-                       c.str() + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool));
-        }
-      }
+      expect_simd_matches_scalar({8, 2, 64, 16, window, {1, 5, 1}, {600, 0, 37}, kv}, rng);
     }
   }
 }
@@ -667,16 +672,7 @@ TEST(ops_kernel, AttentionLongPrefill) {
     for (int64_t group : {1, 2, 4}) {
       for (int32_t window : {0, 7, 33}) {
         const DType kv = std::array{DType::kF32, DType::kF16, DType::kBF16}[size_t(window % 3)];
-        AttentionCase c{2 * group, 2, Dh, window == 7 ? 3 : 16, window, {40, 1, 23}, {0, 9, 30}, kv};
-        const AttentionSetup setup(c, rng);
-        const std::vector<float> ref = setup.run(Isa::kScalar, nullptr);
-        expect_close(ref, setup.reference(), 1e-5, kRtol, c.str() + " scalar vs dense reference");
-        for (Isa isa : simd_isas()) {
-          for (ThreadPool* pool : pools()) {
-            expect_close(setup.run(isa, pool), ref, 1e-5, kRtol,
-                         c.str() + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool));
-          }
-        }
+        expect_simd_matches_scalar({2 * group, 2, Dh, window == 7 ? 3 : 16, window, {40, 1, 23}, {0, 9, 30}, kv}, rng);
       }
     }
   }

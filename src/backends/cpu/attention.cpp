@@ -207,6 +207,7 @@ struct RowHead {
                                                        int64_t kv_head) const {
     const int64_t Dh = a.Dh, c0 = a.context_lens[seq] + t0 - a.seq_starts[seq];
     auto lo_of = [&](int64_t r) { return a.window > 0 ? std::max<int64_t>(0, c0 + r - a.window + 1) : int64_t{0}; };
+
     const int64_t first = lo_of(0), last = c0 + rows - 1, n = last - first + 1;  // the tile's keys
     float* block = scratch.rows.data();
     // scores of (row r, head g) at key j: scores[(r * kG + g) * n + j - first].
@@ -220,36 +221,41 @@ struct RowHead {
       });
       for (; jj < 16; ++jj) std::fill(block + jj * Dh, block + (jj + 1) * Dh, 0.0f);
     };
-    for (int64_t j0 = first; j0 <= last; j0 += 16) {
-      const int64_t count = std::min<int64_t>(16, last + 1 - j0);
-      widen_block(a.k_cache, j0, count);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t lo = lo_of(r), c = c0 + r;
-        // This row's keys in the block: lanes [from, to].
-        const int64_t from = std::max<int64_t>(0, lo - j0), to = std::min<int64_t>(count - 1, c - j0);
-        if (from > to) continue;
-        const __mmask16 keep = static_cast<__mmask16>(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
-        for (int g = 0; g < kG; ++g) {
-          const float* q = a.q + ((t0 + r) * a.Hq + h0 + g) * Dh;
-          __m512 qv[kD];
-          for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
-          __m512 partial[16];
-          for (int jj = 0; jj < 16; ++jj) {
-            const float* k = block + jj * Dh;
-            __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-            for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(k + 16 * i), acc);
-            partial[jj] = acc;
-          }
-          const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
-          // Lanes from .. to, moved down to lane 0, land at key j0 + from of the row's scores.
-          float* dst = scores.data() + (r * kG + g) * n + (j0 + from - lo);
-          _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << (to - from + 1)) - 1),
-                                _mm512_maskz_compress_ps(keep, sc));
-          float& m = row_max[static_cast<size_t>(r * kG + g)];
-          m = std::max(m, _mm512_mask_reduce_max_ps(keep, sc));
+    // For each block of 16 keys from j0 (widened from `cache` into block), visit(r, j0, from, to)
+    // for each row r with keys in it: lanes from .. to of the block.
+    auto for_each_block = [&](const void* cache, const auto& visit) HEARTH_AVX512 {
+      for (int64_t j0 = first; j0 <= last; j0 += 16) {
+        const int64_t count = std::min<int64_t>(16, last + 1 - j0);
+        widen_block(cache, j0, count);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t from = std::max<int64_t>(0, lo_of(r) - j0), to = std::min<int64_t>(count - 1, c0 + r - j0);
+          if (from <= to) visit(r, j0, from, to);
         }
       }
-    }
+    };
+    for_each_block(a.k_cache, [&](int64_t r, int64_t j0, int64_t from, int64_t to) HEARTH_AVX512 {
+      const int64_t lo = lo_of(r);
+      const __mmask16 keep = static_cast<__mmask16>(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
+      for (int g = 0; g < kG; ++g) {
+        const float* q = a.q + ((t0 + r) * a.Hq + h0 + g) * Dh;
+        __m512 qv[kD];
+        for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
+        __m512 partial[16];
+        for (int jj = 0; jj < 16; ++jj) {
+          const float* k = block + jj * Dh;
+          __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+          for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(k + 16 * i), acc);
+          partial[jj] = acc;
+        }
+        const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
+        // Lanes from .. to, moved down to lane 0, land at key j0 + from of the row's scores.
+        float* dst = scores.data() + (r * kG + g) * n + (j0 + from - lo);
+        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << (to - from + 1)) - 1),
+                              _mm512_maskz_compress_ps(keep, sc));
+        float& m = row_max[static_cast<size_t>(r * kG + g)];
+        m = std::max(m, _mm512_mask_reduce_max_ps(keep, sc));
+      }
+    });
     // Softmax per (row, head) over its own keys.
     for (int64_t r = 0; r < rows; ++r) {
       for (int g = 0; g < kG; ++g) {
@@ -259,27 +265,21 @@ struct RowHead {
     }
     float* out = scratch.out.data();
     std::fill(out, out + rows * kG * Dh, 0.0f);
-    for (int64_t j0 = first; j0 <= last; j0 += 16) {
-      const int64_t count = std::min<int64_t>(16, last + 1 - j0);
-      widen_block(a.v_cache, j0, count);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t lo = lo_of(r), c = c0 + r;
-        const int64_t from = std::max<int64_t>(0, lo - j0), to = std::min<int64_t>(count - 1, c - j0);
-        for (int g = 0; g < kG; ++g) {
-          if (from > to) continue;
-          const size_t rg = static_cast<size_t>(r * kG + g);
-          float* o_row = out + rg * Dh;
-          __m512 o[kD];
-          for (int i = 0; i < kD; ++i) o[i] = _mm512_loadu_ps(o_row + 16 * i);
-          const float* p = scores.data() + rg * n;  // key j at p[j - lo]
-          for (int64_t jj = from; jj <= to; ++jj) {
-            const __m512 pv = _mm512_set1_ps(p[j0 + jj - lo] * inv[rg]);
-            for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(block + jj * Dh + 16 * i), o[i]);
-          }
-          for (int i = 0; i < kD; ++i) _mm512_storeu_ps(o_row + 16 * i, o[i]);
+    for_each_block(a.v_cache, [&](int64_t r, int64_t j0, int64_t from, int64_t to) HEARTH_AVX512 {
+      const int64_t lo = lo_of(r);
+      for (int g = 0; g < kG; ++g) {
+        const size_t rg = static_cast<size_t>(r * kG + g);
+        float* o_row = out + rg * Dh;
+        __m512 o[kD];
+        for (int i = 0; i < kD; ++i) o[i] = _mm512_loadu_ps(o_row + 16 * i);
+        const float* p = scores.data() + rg * n;  // key j at p[j - lo]
+        for (int64_t jj = from; jj <= to; ++jj) {
+          const __m512 pv = _mm512_set1_ps(p[j0 + jj - lo] * inv[rg]);
+          for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(block + jj * Dh + 16 * i), o[i]);
         }
+        for (int i = 0; i < kD; ++i) _mm512_storeu_ps(o_row + 16 * i, o[i]);
       }
-    }
+    });
     for (int64_t r = 0; r < rows; ++r) {
       for (int g = 0; g < kG; ++g) {
         std::copy_n(out + (r * kG + g) * Dh, Dh, a.out + ((t0 + r) * a.Hq + h0 + g) * Dh);
