@@ -49,8 +49,11 @@ HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType t
   p.blocks = K / kBlock;
   p.q.resize(static_cast<size_t>(T * K));
   p.dx.resize(static_cast<size_t>(T * p.blocks));
-  (type == GgmlType::kQ6_K ? p.offset : p.sums)
-      .resize(static_cast<size_t>(T * p.blocks * (type == GgmlType::kQ6_K ? 64 : 8)));
+  if (type == GgmlType::kQ6_K) {
+    p.offset.resize(static_cast<size_t>(T * p.blocks * 64));
+  } else {
+    p.sums.resize(static_cast<size_t>(T * p.blocks * 8));
+  }
   const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b = 0; b < p.blocks; ++b) {
