@@ -1,14 +1,16 @@
 // Times the ops of one decode step on a GPU, each alone, as the decode graph runs them: R calls
 // of an op recorded as one device graph, replayed, the wall time per call taken between
-// synchronizations. Matrices rotate over copies that together exceed the GPU's L2, so each call
+// synchronizations; and the token draw (ops::sample) for a few sampling settings. Matrices rotate over copies that together exceed the GPU's L2, so each call
 // reads its weights from memory, as decode does. Shapes of a Llama-3-8B layer by default.
 // Usage: cuda_ops_bench [--rows T] [--context C] [--device N]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -255,12 +257,37 @@ int main(int argc, char** argv) {
   Tensor act = Tensor::empty({T, F}, DType::kF32, gpu);
   report("silu_mul [T, 14336]", time_op(ctx, [&](int) { ops::silu_mul(ctx, gate, up, act); }), 0, 32, &step_us);
 
+  // The step's last op draws each row's token (a greedy row: the argmax). Logits ~ N(0, 2.5^2).
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::vector<float> logit_values(static_cast<size_t>(T * V));
+  for (float& l : logit_values) l = normal(rng);
+  const Tensor logits = Tensor::from_f32({T, V}, logit_values.data()).to_device(gpu);
+  Tensor ids = Tensor::empty({T}, DType::kI32, gpu);
+  report("argmax [T, 128256]", time_op(ctx, [&](int) { ops::argmax(ctx, logits, ids); }), 0, 0);
+  const struct {
+    const char* name;
+    SampleRow row;
+    bool in_step;
+  } draws[] = {{"sample greedy", {}, true},
+               {"sample t=0.7 top_p=0.9", {.temperature = 0.7f, .top_p = 0.9f, .u = 1ull << 62}, false},
+               {"sample t=1 top_k=40", {.temperature = 1.0f, .top_k = 40, .u = 3ull << 62}, false},
+               {"sample t=0.7 min_p=0.05", {.temperature = 0.7f, .log_min_p = std::log(0.05f), .u = 1ull << 63}, false},
+               {"sample t=1 top_k=40 top_p=0.95", {.temperature = 1.0f, .top_k = 40, .top_p = 0.95f, .u = 5}, false}};
+  for (const auto& d : draws) {
+    std::vector<int32_t> words(static_cast<size_t>(T * 6));
+    for (int64_t r = 0; r < T; ++r) std::memcpy(words.data() + r * 6, &d.row, sizeof d.row);
+    const Tensor rows = Tensor::from_i32({T, 6}, words.data()).to_device(gpu);
+    report(std::string(d.name) + " [T, 128256]", time_op(ctx, [&](int) { ops::sample(ctx, logits, rows, ids); }), 0,
+           d.in_step ? 1 : 0, d.in_step ? &step_us : nullptr);
+  }
+
   const double params = 32.0 * (2 * D * D + 2 * Hkv * Dh * D + 3 * D * F) + static_cast<double>(V) * D;
   for (int f = 0; f < 3; ++f) {
     // Bytes per weight: 2; or bits/8 plus a bf16 scale and bias per 64.
     const double weight_bytes = params * (f == 0 ? 2.0 : (f == 1 ? 0.5 : 1.0) + 4.0 / 64);
     const double us = matmul_us[f] + step_us;
-    std::printf("%s decode step estimate (32 layers + head): %.0f us = %.1f tok/s; weights %.2f GB -> %.0f GB/s\n",
+    std::printf("%s decode step estimate (32 layers, head, draw): %.0f us = %.1f tok/s; weights %.2f GB -> %.0f GB/s\n",
                 formats[f], us, 1e6 / us, weight_bytes / 1e9, weight_bytes / us / 1e3);
   }
   return 0;

@@ -38,6 +38,7 @@ class Backend {
   virtual void add(Context&, Tensor& a, const Tensor& b) = 0;
   virtual void argmax(Context&, const Tensor& x, Tensor& ids) = 0;
   virtual void softmax(Context&, Tensor& x) = 0;
+  virtual void sample(Context&, const Tensor& logits, const Tensor& rows, Tensor& ids) = 0;
   // Raises what the device's kernels reported since the last call (bad indices they skipped);
   // waits for the device's queued work where that is needed. Default: nothing to report.
   virtual void check_errors(Context&) {}

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <initializer_list>
+#include <limits>
 
 #include "core/backend.h"
 
@@ -312,6 +313,20 @@ void softmax(Context& ctx, Tensor& x) {
   expect_dtype(x, DType::kF32, "softmax", "x");
   expect_rank(x, 2, "softmax", "x");
   backend_on(ctx, "softmax", {&x}).softmax(ctx, x);
+}
+
+void sample(Context& ctx, const Tensor& logits, const Tensor& rows, Tensor& ids) {
+  expect_dtype(logits, DType::kF32, "sample", "logits");
+  expect_rank(logits, 2, "sample", "logits");
+  expect_dtype(rows, DType::kI32, "sample", "rows");
+  expect_dtype(ids, DType::kI32, "sample", "ids");
+  const int64_t R = logits.dim(0);
+  expect(logits.dim(1) > 0 && logits.dim(1) <= std::numeric_limits<int32_t>::max(), "sample",
+         "expected a vocabulary of 1..2^31-1, got " + logits.str());
+  expect(rows.shape() == Shape({R, int64_t{sizeof(SampleRow) / 4}}), "sample",
+         "expected rows [R, 6] for logits " + logits.str() + ", got " + rows.str());
+  expect(ids.shape() == Shape({R}), "sample", "expected ids [R] for logits " + logits.str());
+  backend_on(ctx, "sample", {&logits, &rows, &ids}).sample(ctx, logits, rows, ids);
 }
 
 void check_errors(Context& ctx) { backend_for(ctx.device).check_errors(ctx); }

@@ -10,6 +10,7 @@
 
 #include "core/context.h"
 #include "core/quant.h"
+#include "core/sample_row.h"
 #include "core/tensor.h"
 
 namespace hearth {
@@ -100,6 +101,18 @@ void argmax(Context& ctx, const Tensor& x, Tensor& ids);
 
 // x: [R, V] f32, softmax over each row in place.
 void softmax(Context& ctx, Tensor& x);
+
+// logits: [R, V] f32, rows: [R, 6] i32 (a SampleRow per row, its bytes) -> ids: [R] i32.
+// Tokens are ordered best first by the tempered logit t = logit / temperature, ties by lower id,
+// NaN last. Each has the weight floor(exp(t - t_best) * 2^40) (exact integers, so the order of
+// the sums never matters). Kept: the shortest of the top_k prefix, the min-p survivors
+// (t - t_best >= log_min_p) and the top-p prefix (the first whose cumulative weight reaches
+// top_p times the top_k prefix's), at least the best token. The token is the first kept one
+// whose cumulative weight exceeds floor(u * kept weight): the host Sampler's draw from the same
+// uniform number, up to the rounding of the weights. A row whose kept weight is 0 (t_best
+// infinite or NaN), or temperature <= 0, gives its best token: the argmax, lowest id on ties,
+// NaN never winning over a number.
+void sample(Context& ctx, const Tensor& logits, const Tensor& rows, Tensor& ids);
 
 // Throws InputError for a bad index (token id, KV slot) that a kernel of ctx's device met since
 // the last call. On the CPU ops throw at once; a GPU's kernels record it and run on (the op

@@ -54,14 +54,15 @@ void Engine::reserve(Sequence& seq, int64_t n_total) {
   }
 }
 
-Tensor Engine::step(const std::vector<Work>& work) { return run(work, false); }
+Tensor Engine::step(const std::vector<Work>& work) { return run(work, {}); }
 
-std::vector<int32_t> Engine::step_argmax(const std::vector<Work>& work) {
-  const Tensor ids = run(work, true);
+std::vector<int32_t> Engine::step_sample(const std::vector<Work>& work, std::span<const SampleRow> rows) {
+  HEARTH_CHECK(rows.size() == work.size());
+  const Tensor ids = run(work, rows);
   return {ids.data<int32_t>(), ids.data<int32_t>() + ids.numel()};
 }
 
-Tensor Engine::run(const std::vector<Work>& work, bool argmax) {
+Tensor Engine::run(const std::vector<Work>& work, std::span<const SampleRow> rows) {
   std::vector<SeqStep> steps;
   for (const Work& w : work) {
     Sequence& s = *w.seq;
@@ -73,17 +74,19 @@ Tensor Engine::run(const std::vector<Work>& work, bool argmax) {
     steps.push_back(SeqStep{std::span<const int32_t>(s.tokens.data() + s.n_cached, static_cast<size_t>(w.n_tokens)),
                             static_cast<int32_t>(s.n_cached), std::span<const int32_t>(s.blocks), w.all_logits});
   }
-  // Built on the host, run on the context's device; logits (or their argmax) come back to the
-  // host.
+  // Built on the host, run on the context's device; logits (or the ids drawn from them) come
+  // back to the host.
   auto forward = [&] {
     if (graphs_ && graphs_->fits(steps)) {
-      const DecodeGraphs::Outputs out = graphs_->run(ctx_, steps);
-      return argmax ? out.ids : out.logits;
+      const DecodeGraphs::Outputs out = graphs_->run(ctx_, steps, rows);
+      return rows.empty() ? out.logits : out.ids;
     }
     Tensor logits = model_.forward(ctx_, Batch::build(steps, options_.block_size).to_device(ctx_.device), kv_);
-    if (!argmax) return logits;
+    if (rows.empty()) return logits;
+    HEARTH_CHECK(static_cast<int64_t>(rows.size()) == logits.dim(0));
+    const Tensor params = sample_rows(rows).to_device(ctx_.device);
     Tensor ids = Tensor::empty({logits.dim(0)}, DType::kI32, ctx_.device);
-    ops::argmax(ctx_, logits, ids);
+    ops::sample(ctx_, logits, params, ids);
     return ids;
   };
   Tensor out;

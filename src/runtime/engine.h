@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "models/model.h"
@@ -46,9 +47,9 @@ class Engine {
   // token (or every new token with all_logits), in order. Throws InputError when the KV
   // cache cannot hold the tokens.
   Tensor step(const std::vector<Work>& work);
-  // The same, for greedy decoding with no logit processors: the argmax of each of those rows
-  // (first maximum wins), taken on the device, so only the ids cross to the host.
-  std::vector<int32_t> step_argmax(const std::vector<Work>& work);
+  // The same, with each of those rows' token drawn on the device (ops::sample with rows[i] for
+  // work[i]; temperature 0 takes the argmax), so only the ids cross to the host.
+  std::vector<int32_t> step_sample(const std::vector<Work>& work, std::span<const SampleRow> rows);
   // Starts a new sequence (no blocks yet) from the prompt cache: attaches the cached blocks
   // of the longest whole-block prefix of its tokens, leaving at least the last token to
   // compute (its logits are needed, and a shared block is never written). Returns the number
@@ -71,8 +72,8 @@ class Engine {
 
  private:
   void reserve(Sequence& seq, int64_t n_total);
-  // step's work: the logits on the host, or their argmax ids.
-  Tensor run(const std::vector<Work>& work, bool argmax);
+  // step's work: the logits on the host, or with rows the ids drawn from them.
+  Tensor run(const std::vector<Work>& work, std::span<const SampleRow> rows);
   const Model& model_;
   Context ctx_;
   EngineOptions options_;

@@ -44,11 +44,19 @@ int32_t GenerationStream::sample(const Tensor& logits, std::optional<TokenLogpro
                          request_.top_logprobs);
 }
 
+bool GenerationStream::samples_on_device() const {
+  return request_.top_logprobs < 0 && sampler_.samples_on_device() && engine_.context().device.type != DeviceType::kCpu;
+}
+
 int32_t GenerationStream::prefill(std::optional<TokenLogprobs>* logprobs) {
   Tensor logits;
   const int64_t n = static_cast<int64_t>(seq_.tokens.size());
   while (seq_.n_cached < n) {
     const int64_t chunk = std::min(request_.prefill_chunk, n - seq_.n_cached);
+    if (seq_.n_cached + chunk == n && samples_on_device()) {
+      const SampleRow row = sampler_.device_row();
+      return engine_.step_sample({{&seq_, chunk}}, {&row, 1}).at(0);
+    }
     logits = engine_.step({{&seq_, chunk}});
   }
   return sample(logits, logprobs);
@@ -66,10 +74,10 @@ std::optional<TokenEvent> GenerationStream::next() {
     started_ = true;
     ev.token = prefill(&ev.logprobs);
     stats_.prefill_seconds = timer.seconds();
-  } else if (request_.top_logprobs < 0 && sampler_.plain_greedy() &&
-             engine_.context().device.type != DeviceType::kCpu) {
+  } else if (samples_on_device()) {
     // Only the token crosses from the GPU, not the logits.
-    ev.token = engine_.step_argmax({{&seq_, 1}}).at(0);
+    const SampleRow row = sampler_.device_row();
+    ev.token = engine_.step_sample({{&seq_, 1}}, {&row, 1}).at(0);
     stats_.decode_seconds += timer.seconds();
   } else {
     const Tensor logits = engine_.step({{&seq_, 1}});

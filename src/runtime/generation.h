@@ -52,6 +52,9 @@ class GenerationStream {
   FinishReason finish_reason() const { return finish_; }
 
  private:
+  // Whether tokens are drawn on the engine's device (ops::sample), not from host logits: a GPU,
+  // no logprobs, no logit processors.
+  bool samples_on_device() const;
   int32_t prefill(std::optional<TokenLogprobs>* logprobs);
   int32_t sample(const Tensor& logits, std::optional<TokenLogprobs>* logprobs);
   Engine& engine_;

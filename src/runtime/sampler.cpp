@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,20 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
     if (!std::isfinite(bias))
       throw InputError("logit_bias: the bias of token " + std::to_string(id) + " must be finite");
   }
+}
+
+SampleRow Sampler::device_row() {
+  SampleRow row;
+  if (params_.temperature == 0.0f) return row;
+  row.temperature = params_.temperature;
+  row.top_k = static_cast<int32_t>(std::min<int64_t>(params_.top_k, std::numeric_limits<int32_t>::max()));
+  row.top_p = params_.top_p;
+  if (params_.min_p > 0.0f) row.log_min_p = std::log(params_.min_p);
+  // draw_prefix's uniform_real_distribution(0, kept_sum) is canonical * kept_sum: the same
+  // canonical number, whose 53 bits fit the fixed point exactly.
+  const double canonical = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  row.u = canonical < 1.0 ? static_cast<uint64_t>(std::ldexp(canonical, 64)) : ~uint64_t{0};
+  return row;
 }
 
 void Sampler::validate(int64_t vocab) const {

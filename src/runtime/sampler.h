@@ -50,6 +50,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/sample_row.h"
+
 namespace hearth {
 
 struct SamplingParams {
@@ -77,12 +79,18 @@ class Sampler {
  public:
   // Throws InputError naming the field for a parameter out of range.
   explicit Sampler(const SamplingParams& params);
-  // Temperature 0 and no logit processor: the token is the argmax of the raw logits (which a
-  // GPU can take itself).
-  bool plain_greedy() const {
-    return params_.temperature == 0.0f && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
-           params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f;
+
+  // No logit processor: the token can be drawn on the device from the raw logits
+  // (ops::sample), with device_row() giving the row's parameters.
+  bool samples_on_device() const {
+    return params_.logit_bias.empty() && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+           params_.frequency_penalty == 0.0f;
   }
+  // The parameters of ops::sample for the next token, drawing its uniform number (when
+  // temperature > 0) from this sampler's generator as sample() would: the same seed gives the
+  // same tokens on the host and on a device, but for draws within the weights' rounding of a
+  // boundary.
+  SampleRow device_row();
 
   // Throws InputError naming the first logit_bias id outside [0, vocab). sample() calls it (once
   // per vocab size); call it early to reject a request before any work.

@@ -12,6 +12,7 @@
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/generation.h"
+#include "runtime/sampler.h"
 #include "test_util.h"
 
 namespace hearth {
@@ -178,6 +179,47 @@ TEST_P(CudaParity, GraphReplaysMatchKernelByKernelSteps) {
   EXPECT_EQ(replays, 13 - 3);  // the first step of each size runs eagerly and records
   ASSERT_EQ(graphed.size(), eager.size());
   for (size_t i = 0; i < graphed.size(); ++i) ASSERT_EQ(graphed[i], eager[i]) << "logit " << i;
+}
+
+// Tokens drawn on the GPU (ops::sample, in the replayed graphs) are the host Sampler's draws from
+// the same logits with the same seed; a generation with temperature is the same twice.
+TEST_P(CudaParity, DeviceSamplingDrawsTheHostSamplersTokens) {
+  const Fixture f = load_fixture(GetParam());
+  auto m = load_model(f.dir, LoadOptions{.device = kGpu});
+  for (const SamplingParams& p : {SamplingParams{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 3},
+                                  SamplingParams{.temperature = 1.5f, .min_p = 0.02f, .seed = 4},
+                                  SamplingParams{.temperature = 1.0f, .seed = 5}}) {
+    Sampler host(p), device(p);
+    Engine a(*m, Context{nullptr, kGpu}), b(*m, Context{nullptr, kGpu});
+    Sequence sa, sb;
+    sa.tokens = sb.tokens = f.tokens;
+    for (int step = 0; step < 12; ++step) {
+      const int64_t n = step == 0 ? static_cast<int64_t>(f.tokens.size()) : 1;
+      const Tensor logits = a.step({{&sa, n}});
+      const int32_t want = host.sample(logits.data<float>(), logits.dim(1));
+      const SampleRow row = device.device_row();
+      const int32_t got = b.step_sample({{&sb, n}}, {&row, 1}).at(0);
+      ASSERT_EQ(got, want) << "temperature " << p.temperature << ", step " << step;
+      sa.tokens.push_back(want);
+      sb.tokens.push_back(got);
+    }
+    EXPECT_EQ(b.graph_replays(), 12 - 2);
+  }
+  auto generate = [&] {
+    Engine engine(*m, Context{nullptr, kGpu});
+    GenerationRequest req;
+    req.prompt = f.tokens;
+    req.max_tokens = 16;
+    req.ignore_eos = true;
+    req.sampling = SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 9};
+    GenerationStream stream(engine, req);
+    std::vector<int32_t> out;
+    while (auto ev = stream.next()) out.push_back(ev->token);
+    return out;
+  };
+  const std::vector<int32_t> first = generate();
+  EXPECT_EQ(first.size(), 16u);
+  EXPECT_EQ(generate(), first);
 }
 
 // A bad token id in a replayed step fails that step with the kernel's report, and the next

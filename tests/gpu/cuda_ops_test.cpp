@@ -22,6 +22,7 @@
 #include "core/ggml_blocks.h"
 #include "core/ops.h"
 #include "core/quant.h"
+#include "runtime/decode_graphs.h"
 
 namespace hearth {
 namespace {
@@ -212,6 +213,53 @@ TEST(CudaOps, SoftmaxAndArgmaxMatchTheScalarReference) {
     EXPECT_EQ(to_host<int32_t>(ids), want_ids) << "V=" << V;
     ops::softmax(ctx, gx);
     expect_close(to_host<float>(gx), want, 1e-7, 1e-5, "softmax V=" + std::to_string(V));
+  }
+}
+
+// The kernel's radix selections against the reference's full sort: the same ids exactly (the
+// order and the integer weights are the same bits on both, core/sample_row.h).
+TEST(CudaOps, SampleDrawsTheScalarReferencesTokens) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(16);
+  Context ctx = gpu_ctx();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // 700000: the slices' keys outgrow shared memory and go through device memory.
+  for (int64_t V : {1, 7, 1000, 128256, 151936, 700000}) {
+    const std::vector<SampleRow> settings = {
+        {},
+        {.temperature = 0.7f, .top_p = 0.9f},
+        {.temperature = 1.0f, .top_k = 40},
+        {.temperature = 0.7f, .log_min_p = std::log(0.05f)},
+        {.temperature = 1.3f, .top_k = 1},
+        {.temperature = 1.0f, .top_p = 0.001f},
+        {.temperature = 0.9f, .top_k = 50, .top_p = 0.8f, .log_min_p = std::log(0.01f)},
+        {.temperature = 2.0f, .top_k = static_cast<int32_t>(std::max<int64_t>(1, V - 1)), .top_p = 0.99f},
+        {.temperature = 1.0f},
+    };
+    const auto R = static_cast<int64_t>(settings.size());
+    // Rows: N(0, 3^2); every third rounded to halves (ties); row 4 with NaN and -inf sprinkled.
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> logits(static_cast<size_t>(R * V));
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t i = 0; i < V; ++i) {
+        float& l = logits[size_t(r * V + i)];
+        l = normal(rng);
+        if (r % 3 == 0) l = std::round(l * 2.0f) / 2.0f;
+        if (r == 4 && i % 11 == 3) l = i % 2 ? nan : -inf;
+      }
+    }
+    const Tensor gx = on_gpu({R, V}, logits);
+    for (uint64_t u : {uint64_t{0}, uint64_t{0x5555555555555555}, uint64_t{0xc000000000000001}, ~uint64_t{0}}) {
+      std::vector<SampleRow> rows = settings;
+      std::vector<int32_t> want(static_cast<size_t>(R));
+      for (int64_t r = 0; r < R; ++r) {
+        rows[size_t(r)].u = u + static_cast<uint64_t>(r) * 0x0123456789abcdefull;
+        want[size_t(r)] = cpu::sample_row(logits.data() + r * V, V, rows[size_t(r)]);
+      }
+      Tensor ids = Tensor::empty({R}, DType::kI32, kGpu);
+      ops::sample(ctx, gx, sample_rows(rows).to_device(kGpu), ids);
+      EXPECT_EQ(to_host<int32_t>(ids), want) << "V=" << V << " u=" << u;
+    }
   }
 }
 

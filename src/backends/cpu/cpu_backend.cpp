@@ -113,6 +113,15 @@ class CpuBackend final : public Backend {
     const int64_t R = x.dim(0), V = x.dim(1);
     for (int64_t r = 0; r < R; ++r) softmax_row(isa, x.data<float>() + r * V, V);
   }
+
+  void sample(Context&, const Tensor& logits, const Tensor& rows, Tensor& ids) override {
+    const int64_t R = logits.dim(0), V = logits.dim(1);
+    for (int64_t r = 0; r < R; ++r) {
+      SampleRow row;
+      std::memcpy(static_cast<void*>(&row), rows.data<int32_t>() + r * 6, sizeof row);
+      ids.data<int32_t>()[r] = sample_row(logits.data<float>() + r * V, V, row);
+    }
+  }
 };
 
 struct Registrar {

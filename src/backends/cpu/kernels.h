@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "core/attention_args.h"
 #include "core/dtype.h"
+#include "core/ops.h"
 
 namespace hearth::cpu {
 
@@ -40,6 +41,9 @@ void softmax_row(Isa isa, float* x, int64_t n);
 
 // Index of the first maximum.
 int64_t argmax_row(Isa isa, const float* x, int64_t n);
+
+// ops::sample of one row of logits [V] (the scalar reference: the whole row sorted).
+int32_t sample_row(const float* logits, int64_t V, const SampleRow& row);
 
 // Sum of the buffer's little-endian 64-bit words mod 2^64 (a partial last word zero-padded):
 // a checksum every ISA agrees on, so the bandwidth probe's loads cannot be dropped.

@@ -193,6 +193,13 @@ class CudaBackend final : public Backend {
     cuda::softmax(use_device(ctx.device), x.data<float>(), x.dim(0), x.dim(1));
   }
 
+  void sample(Context& ctx, const Tensor& logits, const Tensor& rows, Tensor& ids) override {
+    const int64_t R = logits.dim(0), V = logits.dim(1);
+    Tensor keys = Tensor::empty({R * V}, DType::kI32, ctx.device);
+    cuda::sample(use_device(ctx.device), logits.data<float>(), R, V, static_cast<const SampleRow*>(rows.raw()),
+                 static_cast<uint32_t*>(keys.raw()), ids.data<int32_t>());
+  }
+
  private:
   // The device's error word (kernels.h), zeroed when first used.
   Tensor& error_word(Device device) {

@@ -24,6 +24,8 @@ cudaStream_t use_device(Device device);
 // the previous kernel ends (launch.cuh): compute capability 9.0 or later and HEARTH_CUDA_PDL on,
 // read at the device's first use.
 bool early_launch();
+// Whether it runs thread block clusters (compute capability 9.0 or later).
+bool block_clusters();
 
 // The device memory of one recorded graph (memory.cu): blocks the graph's work allocated or
 // freed while it was recorded, kept for its replays. Between begin and end every allocation

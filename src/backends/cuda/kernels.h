@@ -10,6 +10,7 @@
 #include "core/attention_args.h"
 #include "core/dtype.h"
 #include "core/ggml_blocks.h"
+#include "core/sample_row.h"
 
 namespace hearth::cuda {
 
@@ -59,6 +60,10 @@ void embedding(cudaStream_t s, const void* table, DType type, int64_t V, int64_t
 // x: [R, V]: softmax of each row in place; ids[r] = the first index of row r's maximum.
 void softmax(cudaStream_t s, float* x, int64_t R, int64_t V);
 void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids);
+
+// ops::sample: logits [R, V], rows [R] -> ids [R]; keys: [R, V] scratch.
+void sample(cudaStream_t s, const float* logits, int64_t R, int64_t V, const SampleRow* rows, uint32_t* keys,
+            int32_t* ids);
 
 // k, v: [T, row] f32 into cache slots (slots [T]) of caches [n_slots, row] of `type` (f32, f16
 // or bf16, rounded to nearest even). A slot outside [0, n_slots) is skipped and reported in

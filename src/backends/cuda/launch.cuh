@@ -42,21 +42,35 @@ __device__ inline void prefetch_row_head(const void* p, int64_t bytes, int lane)
   if (line < end) asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }
 
-// kernel<<<grid, block, shared, s>>>(args...), allowed to start early where the device supports
-// it and HEARTH_CUDA_PDL is on (early_launch, memory.cu); checks the launch.
+// kernel<<<grid, block, shared, s>>>(args...) in clusters of `cluster` blocks along x (1: no
+// clusters; more needs block_clusters()), allowed to start early where the device supports it
+// and HEARTH_CUDA_PDL is on (early_launch, memory.cu); checks the launch.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, Args&&... args) {
-  cudaLaunchAttribute early;
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
+void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, size_t shared,
+                           cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (early_launch()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = s;
-  config.attrs = &early;
-  config.numAttrs = early_launch() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = n;
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch");
+}
+
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, Args&&... args) {
+  launch_cluster_kernel(kernel, grid, block, 1, shared, s, std::forward<Args>(args)...);
 }
 
 }  // namespace hearth::cuda

@@ -44,11 +44,12 @@ int count_devices() {
 }  // namespace
 
 namespace {
-std::array<bool, kMaxDevices> early_launch_on{};
+std::array<bool, kMaxDevices> early_launch_on{}, clusters_on{};
 thread_local int current_device = -1;
 }  // namespace
 
 bool early_launch() { return current_device >= 0 && early_launch_on[static_cast<size_t>(current_device)]; }
+bool block_clusters() { return current_device >= 0 && clusters_on[static_cast<size_t>(current_device)]; }
 
 cudaStream_t use_device(Device device) {
   static std::array<cudaStream_t, kMaxDevices> streams{};
@@ -70,6 +71,7 @@ cudaStream_t use_device(Device device) {
     int major = 0;
     HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index));
     early_launch_on[static_cast<size_t>(device.index)] = major >= 9 && knobs::cuda_pdl();
+    clusters_on[static_cast<size_t>(device.index)] = major >= 9;
   }
   return s;
 }
