@@ -21,6 +21,7 @@
 #include "backends/cuda/loads.cuh"
 #include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
+#include "backends/cuda/table_rows.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -256,19 +257,9 @@ __global__ void dequantize_kernel(GgmlArgs w, __nv_bfloat16* out) {
   if (i < w.N * w.K) out[i] = __float2bfloat16_rn(element(w, i / w.K, i % w.K));
 }
 
-__global__ void rows_kernel(GgmlArgs w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
-  wait_for_previous();
-  const int64_t i = blockIdx.x * 256LL + threadIdx.x;
-  if (i >= T * w.K) return;
-  const int64_t t = i / w.K, k = i % w.K;
-  const int32_t id = ids[t];
-  if (id < 0 || id >= w.N) {
-    out[i] = 0.0f;
-    if (k == 0) report_error(errors, kBadTokenId, id, static_cast<int32_t>(w.N));
-    return;
-  }
-  out[i] = element(w, id, k);
-}
+struct GgmlElement {  // table_rows' element
+  __device__ float operator()(const GgmlArgs& w, int64_t n, int64_t k) const { return element(w, n, k); }
+};
 
 }  // namespace
 
@@ -313,7 +304,7 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
 
 void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
   if (T * w.K == 0) return;
-  launch_kernel(rows_kernel, blocks_for(T * w.K, 256), 256, 0, s, w, ids, T, out, errors);
+  table_rows<GgmlElement>(s, w, ids, T, out, errors);
 }
 
 }  // namespace hearth::cuda

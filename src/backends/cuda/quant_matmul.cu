@@ -25,6 +25,7 @@
 #include "backends/cuda/loads.cuh"
 #include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
+#include "backends/cuda/table_rows.cuh"
 #include "base/error.h"
 
 namespace hearth::cuda {
@@ -310,19 +311,9 @@ void dequantize(cudaStream_t s, const QuantArgs& w, __nv_bfloat16* out) {
   launch_kernel(dequantize_kernel, blocks_for(w.N * w.K, 256), 256, 0, s, w, out);
 }
 
-__global__ void rows_kernel(QuantArgs w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
-  wait_for_previous();
-  const int64_t i = blockIdx.x * 256LL + threadIdx.x;
-  if (i >= T * w.K) return;
-  const int64_t t = i / w.K, k = i % w.K;
-  const int32_t id = ids[t];
-  if (id < 0 || id >= w.N) {
-    out[i] = 0.0f;
-    if (k == 0) report_error(errors, kBadTokenId, id, static_cast<int32_t>(w.N));
-    return;
-  }
-  out[i] = dequantized(w, id, k);
-}
+struct AffineElement {  // table_rows' element
+  __device__ float operator()(const QuantArgs& w, int64_t n, int64_t k) const { return dequantized(w, n, k); }
+};
 
 // The integer kernels read 16 bytes of codes at a time, all within one group (of a power-of-two
 // size), and index a row in 32 bits.
@@ -394,7 +385,7 @@ void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, con
 
 void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
   if (T * w.K == 0) return;
-  launch_kernel(rows_kernel, blocks_for(T * w.K, 256), 256, 0, s, w, ids, T, out, errors);
+  table_rows<AffineElement>(s, w, ids, T, out, errors);
 }
 
 }  // namespace hearth::cuda
