@@ -54,6 +54,13 @@ void Backend::matmul_group(Context& ctx, const Tensor& x, std::span<const ops::M
   }
 }
 
+void Backend::norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                                std::span<const ops::MatmulPart> parts) {
+  Tensor normed = Tensor::empty(x.shape(), DType::kF32, ctx.device);
+  rms_norm(ctx, x, norm_w, eps, normed);
+  matmul_group(ctx, normed, parts);
+}
+
 void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
 
 Backend& backend_for(Device device) {
@@ -187,6 +194,27 @@ void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> par
     }
   }
   backend_on(ctx, "matmul_group", {&x}).matmul_group(ctx, x, parts);
+}
+
+void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                       std::span<const MatmulPart> parts) {
+  expect_dtype(x, DType::kF32, "norm_matmul_group", "x");
+  expect_dtype(norm_w, DType::kF32, "norm_matmul_group", "norm_w");
+  expect(x.rank() == 2 && norm_w.shape() == Shape({x.dim(1)}), "norm_matmul_group",
+         "expected x [T, K] and norm_w [K]; got " + x.str() + ", " + norm_w.str());
+  for (const MatmulPart& p : parts) {
+    expect((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr, "norm_matmul_group",
+           "a part lacks a tensor");
+    if (p.qw != nullptr) {
+      expect_quantized_matmul(x, *p.qw, *p.bias, *p.y);
+      backend_on(ctx, "norm_matmul_group", {&p.qw->packed, &p.qw->scales, &p.qw->biases, p.bias, p.y});
+    } else {
+      expect_matmul(x, *p.w, *p.bias, *p.y);
+      backend_on(ctx, "norm_matmul_group", {p.w, p.bias, p.y});
+    }
+    expect(p.y->raw() != x.raw(), "norm_matmul_group", "a part's output is x");
+  }
+  backend_on(ctx, "norm_matmul_group", {&x, &norm_w}).norm_matmul_group(ctx, x, norm_w, eps, parts);
 }
 
 void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) {

@@ -47,6 +47,12 @@ struct MatmulPart {
 };
 void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts);
 
+// matmul_group of rms_norm(x, norm_w, eps): x [T, K] f32 (not written), norm_w [K] f32. The
+// layers' norms go through it so that a backend may compute the norm inside its matvecs; the
+// default (every backend for now) runs rms_norm, then matmul_group.
+void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                       std::span<const MatmulPart> parts);
+
 // x: [T, K] f32, w: quantized [N, K] (core/quant.h: MLX affine or ggml blocks), bias: [N] f32
 // or undefined -> y: [T, N] f32
 void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y);

@@ -146,8 +146,8 @@ Tensor DenseDecoder::forward(Context& ctx, const Batch& batch, KvCache& kv) cons
   Tensor x = embed_.forward(ctx, batch.tokens);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    l.attention.add_to(ctx, x, l.input_norm.forward(ctx, x), batch, rope_, kv.layers[i]);
-    l.mlp.add_to(ctx, x, l.post_norm.forward(ctx, x));
+    l.attention.add_to(ctx, x, l.input_norm, batch, rope_, kv.layers[i]);
+    l.mlp.add_to(ctx, x, l.post_norm);
   }
   // Only the rows that need logits go through the final norm and the LM head.
   Tensor rows = Tensor::empty({batch.logits_rows.dim(0), args_.hidden}, DType::kF32, ctx.device);

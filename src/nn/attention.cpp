@@ -23,10 +23,10 @@ Attention Attention::load(const WeightLoader& w, const std::string& prefix, cons
   return a;
 }
 
-void Attention::add_to(Context& ctx, Tensor& residual, const Tensor& x, const Batch& batch, const Rope& rope,
+void Attention::add_to(Context& ctx, Tensor& residual, const RmsNorm& norm, const Batch& batch, const Rope& rope,
                        ops::KvLayer& kv) const {
-  const int64_t T = x.dim(0);
-  const std::vector<Tensor> qkv = Linear::forward_group(ctx, x, {&q, &k, &v});
+  const int64_t T = residual.dim(0);
+  const std::vector<Tensor> qkv = Linear::forward_group(ctx, residual, {&q, &k, &v}, &norm);
   Tensor qh = qkv[0].reshape({T, shape.n_heads, shape.head_dim});
   Tensor kh = qkv[1].reshape({T, shape.n_kv_heads, shape.head_dim});
   const Tensor vh = qkv[2].reshape({T, shape.n_kv_heads, shape.head_dim});

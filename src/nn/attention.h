@@ -26,8 +26,8 @@ struct Attention {
   // Loads PREFIX.{q,k,v,o}_proj and, when present, PREFIX.{q,k}_norm.
   static Attention load(const WeightLoader& w, const std::string& prefix, const AttentionShape& shape, float norm_eps);
 
-  // residual: [T, hidden] += attention(x: [T, hidden])
-  void add_to(Context& ctx, Tensor& residual, const Tensor& x, const Batch& batch, const Rope& rope,
+  // residual: [T, hidden] += attention(norm(residual))
+  void add_to(Context& ctx, Tensor& residual, const RmsNorm& norm, const Batch& batch, const Rope& rope,
               ops::KvLayer& kv) const;
 };
 

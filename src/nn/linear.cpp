@@ -143,7 +143,8 @@ void Linear::add_to(Context& ctx, Tensor& y, const Tensor& x) const {
   ops::matmul_group(ctx, x, std::span<const ops::MatmulPart>(&part, 1));
 }
 
-std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers) {
+std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers,
+                                          const RmsNorm* norm) {
   std::vector<Tensor> ys;
   std::vector<ops::MatmulPart> parts;
   ys.reserve(layers.size());  // parts point into it
@@ -155,7 +156,11 @@ std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::in
       parts.push_back({&l->weight, &l->bias, &ys.back()});
     }
   }
-  ops::matmul_group(ctx, x, parts);
+  if (norm != nullptr) {
+    ops::norm_matmul_group(ctx, x, norm->weight, norm->eps, parts);
+  } else {
+    ops::matmul_group(ctx, x, parts);
+  }
   return ys;
 }
 

@@ -56,6 +56,8 @@ class WeightLoader {
 
 // y = x w^T + b. weight: [out, in] float, or qweight: the same matrix quantized; bias: [out]
 // f32 or undefined.
+struct RmsNorm;
+
 struct Linear {
   Tensor weight;
   Tensor bias;
@@ -68,8 +70,9 @@ struct Linear {
   // y: [T, out] += forward(x) (a residual connection; the GPU adds it as it writes y).
   void add_to(Context& ctx, Tensor& y, const Tensor& x) const;
   // The same x through several layers (q, k, v; gate, up): their outputs, in order, from one
-  // ops::matmul_group.
-  static std::vector<Tensor> forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers);
+  // ops::matmul_group; with `norm`, of norm(x) (ops::norm_matmul_group).
+  static std::vector<Tensor> forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers,
+                                           const RmsNorm* norm = nullptr);
 };
 
 // A token embedding table [V, D], float or quantized; tied LM heads reuse it as a Linear.

@@ -10,8 +10,8 @@ GatedMlp GatedMlp::load(const WeightLoader& w, const std::string& prefix, int64_
                   Linear::load(w, prefix + ".down_proj", intermediate, hidden)};
 }
 
-void GatedMlp::add_to(Context& ctx, Tensor& residual, const Tensor& x) const {
-  std::vector<Tensor> gu = Linear::forward_group(ctx, x, {&gate, &up});
+void GatedMlp::add_to(Context& ctx, Tensor& residual, const RmsNorm& norm) const {
+  std::vector<Tensor> gu = Linear::forward_group(ctx, residual, {&gate, &up}, &norm);
   Tensor& g = gu[0];
   ops::silu_mul(ctx, g, gu[1], g);
   down.add_to(ctx, residual, g);

@@ -9,8 +9,8 @@ struct GatedMlp {
   Linear gate, up, down;
   // Loads PREFIX.{gate,up,down}_proj.
   static GatedMlp load(const WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t intermediate);
-  // residual: [T, hidden] += mlp(x: [T, hidden])
-  void add_to(Context& ctx, Tensor& residual, const Tensor& x) const;
+  // residual: [T, hidden] += mlp(norm(residual))
+  void add_to(Context& ctx, Tensor& residual, const RmsNorm& norm) const;
 };
 
 }  // namespace hearth

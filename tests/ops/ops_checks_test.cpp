@@ -77,6 +77,40 @@ TEST(ops_checks, MatmulRunsWhenShapesFit) {
   EXPECT_EQ(y.data<float>()[3], 11.0f);
 }
 
+TEST(ops_checks, NormMatmulGroupChecksAndIsTheNormThenTheMatmuls) {
+  Context ctx;
+  const std::vector<float> xv = {1, -2, 3, 0.5f, 4, 1, -1, 2}, gv = {1, 0.5f, 2, 1}, wv = {1, 2, 3, 4, -1, 0, 1, 2};
+  const Tensor x = Tensor::from_f32({2, 4}, xv.data()), g = Tensor::from_f32({4}, gv.data());
+  const Tensor w = Tensor::from_f32({2, 4}, wv.data()), none;
+  Tensor y = f32({2, 2}), want = f32({2, 2}), normed = f32({2, 4});
+  const ops::MatmulPart part{&w, &none, &y};
+  ops::norm_matmul_group(ctx, x, g, 1e-6f, {&part, 1});
+  ops::rms_norm(ctx, x, g, 1e-6f, normed);
+  ops::matmul(ctx, normed, w, none, want);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(y.data<float>()[i], want.data<float>()[i]) << i;
+  expect_input_error(
+      [&] {
+        ops::norm_matmul_group(ctx, x, f32({3}), 1e-6f, {&part, 1});
+      },
+      {"norm_matmul_group", "[2, 4]", "[3]"});
+  expect_input_error(
+      [&] {
+        ops::norm_matmul_group(ctx, x, i32({4}), 1e-6f, {&part, 1});
+      },
+      {"norm_matmul_group", "i32[4]"});
+  Tensor y_bad = f32({2, 3});
+  const ops::MatmulPart bad{&w, &none, &y_bad};
+  expect_input_error([&] { ops::norm_matmul_group(ctx, x, g, 1e-6f, {&bad, 1}); }, {"[2, 2]", "[2, 3]"});
+  Tensor square = f32({2, 2});
+  const Tensor w2 = f32({2, 2});
+  const ops::MatmulPart onto_x{&w2, &none, &square};
+  expect_input_error(
+      [&] {
+        ops::norm_matmul_group(ctx, square, f32({2}), 1e-6f, {&onto_x, 1});
+      },
+      {"norm_matmul_group", "output is x"});
+}
+
 TEST(ops_checks, ElementwiseAndNormShapes) {
   Context ctx;
   Tensor a = f32({3, 8});
