@@ -181,18 +181,27 @@ void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, c
       .quantized_matmul(ctx, x, w, bias, y);
 }
 
-void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts) {
+namespace {
+
+// Each part of a group of x's matmuls: its tensors present, its shapes and dtypes those of its
+// matmul, on ctx's device.
+void expect_parts(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts, const char* op) {
   for (const MatmulPart& p : parts) {
-    expect((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr, "matmul_group",
-           "a part lacks a tensor");
+    expect((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr, op, "a part lacks a tensor");
     if (p.qw != nullptr) {
       expect_quantized_matmul(x, *p.qw, *p.bias, *p.y);
-      backend_on(ctx, "matmul_group", {&p.qw->packed, &p.qw->scales, &p.qw->biases, p.bias, p.y});
+      backend_on(ctx, op, {&p.qw->packed, &p.qw->scales, &p.qw->biases, p.bias, p.y});
     } else {
       expect_matmul(x, *p.w, *p.bias, *p.y);
-      backend_on(ctx, "matmul_group", {p.w, p.bias, p.y});
+      backend_on(ctx, op, {p.w, p.bias, p.y});
     }
   }
+}
+
+}  // namespace
+
+void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts) {
+  expect_parts(ctx, x, parts, "matmul_group");
   backend_on(ctx, "matmul_group", {&x}).matmul_group(ctx, x, parts);
 }
 
@@ -202,18 +211,8 @@ void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, floa
   expect_dtype(norm_w, DType::kF32, "norm_matmul_group", "norm_w");
   expect(x.rank() == 2 && norm_w.shape() == Shape({x.dim(1)}), "norm_matmul_group",
          "expected x [T, K] and norm_w [K]; got " + x.str() + ", " + norm_w.str());
-  for (const MatmulPart& p : parts) {
-    expect((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr, "norm_matmul_group",
-           "a part lacks a tensor");
-    if (p.qw != nullptr) {
-      expect_quantized_matmul(x, *p.qw, *p.bias, *p.y);
-      backend_on(ctx, "norm_matmul_group", {&p.qw->packed, &p.qw->scales, &p.qw->biases, p.bias, p.y});
-    } else {
-      expect_matmul(x, *p.w, *p.bias, *p.y);
-      backend_on(ctx, "norm_matmul_group", {p.w, p.bias, p.y});
-    }
-    expect(p.y->raw() != x.raw(), "norm_matmul_group", "a part's output is x");
-  }
+  expect_parts(ctx, x, parts, "norm_matmul_group");
+  for (const MatmulPart& p : parts) expect(p.y->raw() != x.raw(), "norm_matmul_group", "a part's output is x");
   backend_on(ctx, "norm_matmul_group", {&x, &norm_w}).norm_matmul_group(ctx, x, norm_w, eps, parts);
 }
 
