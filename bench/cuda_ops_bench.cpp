@@ -2,7 +2,7 @@
 // of an op recorded as one device graph, replayed, the wall time per call taken between
 // synchronizations; and the token draw (ops::sample) for a few sampling settings. Matrices rotate over copies that together exceed the GPU's L2, so each call
 // reads its weights from memory, as decode does. Shapes of a Llama-3-8B layer by default.
-// Usage: cuda_ops_bench [--rows T] [--context C] [--device N]
+// Usage: cuda_ops_bench [--rows T] [--context C] [--device N] [--prefill (the prefill GEMMs only)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,6 +55,60 @@ double time_op(Context& ctx, const std::function<void(int)>& op) {
   return us[us.size() / 2];
 }
 
+// A host matrix of GGUF k-quant blocks (Q4_K or Q6_K): pseudo-random bytes with small f16
+// block scales.
+QuantizedMatrix k_quant_matrix(GgmlType type, int64_t N, int64_t K) {
+  const int64_t bytes = static_cast<int64_t>(row_bytes(type, K));
+  const int64_t block_bytes = type == GgmlType::kQ4_K ? 144 : 210, scales_at = type == GgmlType::kQ4_K ? 0 : 208;
+  Tensor blocks = Tensor::empty({N, bytes}, DType::kU8);
+  uint8_t* b = blocks.data<uint8_t>();
+  for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  for (int64_t at = 0; at < blocks.numel(); at += block_bytes) {
+    const uint16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(0.02f);
+    std::memcpy(b + at + scales_at, &d, 2);
+    if (type == GgmlType::kQ4_K) std::memcpy(b + at + 2, &dmin, 2);
+  }
+  return ggml_quantized(type, N, K, blocks);
+}
+
+// Prefill's matmuls, Llama-3-8B's gate/up shape: cuBLAS bf16 GEMM (x rounded to bf16 first,
+// as ops::matmul does for 2048 rows), the rate pp2048 is measured against; and the quantized
+// ones (MLX affine, groups of 64, bf16 scales): on tensor cores with the weights dequantized in
+// registers, or with HEARTH_CUDA_QUANT_GEMM=0 through a dequantized copy and cuBLAS. The
+// smaller row counts are batched decode steps of more than 8 sequences.
+void time_prefill_gemms(Context& ctx, Device gpu) {
+  const int64_t D = 4096, F = 14336;
+  {
+    const int64_t P = 2048;
+    const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f), w = filled({F, D}, DType::kBF16, gpu, 0.02f);
+    Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
+    const double us = time_op(ctx, [&](int) { ops::matmul(ctx, xp, w, {}, yp); });
+    std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", "gemm bf16 [2048, 4096] x [14336, 4096]", us,
+                2.0 * P * D * F / us / 1e6);
+  }
+  {  // GGUF Q4_K: the dequantized copy and cuBLAS
+    const QuantizedMatrix w = backend_for(gpu).prepare(k_quant_matrix(GgmlType::kQ4_K, F, D), gpu);
+    for (int64_t P : {16, 512}) {
+      const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f);
+      Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
+      const double us = time_op(ctx, [&](int) { ops::quantized_matmul(ctx, xp, w, {}, yp); });
+      const std::string name = "gemm q4_k [" + std::to_string(P) + ", 4096] x [14336, 4096]";
+      std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", name.c_str(), us, 2.0 * P * D * F / us / 1e6);
+    }
+  }
+  for (int bits : {4, 8}) {
+    const QuantizedMatrix w = backend_for(gpu).prepare(
+        affine_quantize(filled({F, D}, DType::kBF16, kCpu, 0.02f), {bits, 64}, DType::kBF16), gpu);
+    for (int64_t P : {16, 64, 128, 512, 2048}) {
+      const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f);
+      Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
+      const double us = time_op(ctx, [&](int) { ops::quantized_matmul(ctx, xp, w, {}, yp); });
+      const std::string name = "gemm q" + std::to_string(bits) + " [" + std::to_string(P) + ", 4096] x [14336, 4096]";
+      std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", name.c_str(), us, 2.0 * P * D * F / us / 1e6);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hearth
 
@@ -62,8 +116,14 @@ int main(int argc, char** argv) {
   using namespace hearth;
   int64_t T = 1, context = 512;
   int device_index = 0;
+  bool prefill_only = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--prefill") {
+      prefill_only = true;
+      --i;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "cuda_ops_bench: %s needs a value\n", a.c_str());
       return 2;
@@ -75,7 +135,7 @@ int main(int argc, char** argv) {
     } else if (a == "--device") {
       device_index = std::atoi(argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usage: cuda_ops_bench [--rows T] [--context C] [--device N]\n");
+      std::fprintf(stderr, "usage: cuda_ops_bench [--rows T] [--context C] [--device N] [--prefill]\n");
       return 2;
     }
   }
@@ -85,6 +145,10 @@ int main(int argc, char** argv) {
   }
   const Device gpu{DeviceType::kCuda, device_index};
   Context ctx{nullptr, gpu};
+  if (prefill_only) {
+    time_prefill_gemms(ctx, gpu);
+    return 0;
+  }
   const int64_t D = 4096, F = 14336, Hq = 32, Hkv = 8, Dh = 128, V = 128256, block = 16;
   std::printf("Llama-3-8B layer ops on %s, T=%lld rows, context %lld; us per call (%d calls per graph)\n",
               gpu.str().c_str(), static_cast<long long>(T), static_cast<long long>(context), kCalls);
@@ -177,36 +241,18 @@ int main(int argc, char** argv) {
                              KQuantMat{GgmlType::kQ6_K, {"q6_k matvec down [4096, 14336]", {D}, F, 0}},
                              KQuantMat{GgmlType::kQ6_K, {"q6_k matvec lm_head [128256, 4096]", {V}, D, 0}}}) {
     const Mat& m = k.m;
-    const int64_t N = m.N[0], bytes = static_cast<int64_t>(row_bytes(k.type, m.K));
-    const int64_t block_bytes = k.type == GgmlType::kQ4_K ? 144 : 210, scales_at = k.type == GgmlType::kQ4_K ? 0 : 208;
-    Tensor blocks = Tensor::empty({N, bytes}, DType::kU8);
-    uint8_t* b = blocks.data<uint8_t>();
-    for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-    for (int64_t at = 0; at < blocks.numel(); at += block_bytes) {
-      const uint16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(0.02f);
-      std::memcpy(b + at + scales_at, &d, 2);
-      if (k.type == GgmlType::kQ4_K) std::memcpy(b + at + 2, &dmin, 2);
-    }
-    const QuantizedMatrix host = ggml_quantized(k.type, N, m.K, blocks);
-    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / static_cast<double>(blocks.nbytes()))));
+    const int64_t N = m.N[0];
+    const QuantizedMatrix host = k_quant_matrix(k.type, N, m.K);
+    const int copies = std::max(1, std::min(kCalls, static_cast<int>(400e6 / static_cast<double>(host.nbytes()))));
     std::vector<QuantizedMatrix> w;
     for (int c = 0; c < copies; ++c) w.push_back(backend_for(gpu).prepare(host, gpu));
     const Tensor xin = x.reshape({T * F}).slice_rows(0, T * m.K).reshape({T, m.K});
     Tensor y = Tensor::empty({T, N}, DType::kF32, gpu);
     report(m.name, time_op(ctx, [&](int i) { ops::quantized_matmul(ctx, xin, w[static_cast<size_t>(i % copies)], {}, y); }),
-           static_cast<double>(blocks.nbytes()), 0);
+           static_cast<double>(host.nbytes()), 0);
   }
 
-  // Prefill's matmul: cuBLAS bf16 GEMM (x rounded to bf16 first, as ops::matmul does for 2048
-  // rows), the rate pp2048 is measured against.
-  {
-    const int64_t P = 2048;
-    const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f), w = filled({F, D}, DType::kBF16, gpu, 0.02f);
-    Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
-    const double us = time_op(ctx, [&](int) { ops::matmul(ctx, xp, w, {}, yp); });
-    std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", "gemm bf16 [2048, 4096] x [14336, 4096]", us,
-                2.0 * P * D * F / us / 1e6);
-  }
+  time_prefill_gemms(ctx, gpu);
 
   Tensor h = filled({T, D}, DType::kF32, gpu, 1.0f);
   const Tensor norm_w = filled({D}, DType::kF32, gpu, 1.0f);

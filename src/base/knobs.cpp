@@ -22,6 +22,10 @@ const std::vector<KnobInfo>& all_knobs() {
        "On GPUs of compute capability 9.0 and later a kernel may start before the previous one "
        "ends (programmatic dependent launch; it waits for its inputs): 1, or 0 for strictly "
        "serial kernels (for comparison). Read when a device is first used."},
+      {"HEARTH_CUDA_QUANT_GEMM", "1",
+       "GPU matmuls of 9 to 32 rows (batched decode, short prompts) over 4- and 8-bit MLX affine "
+       "matrices run on tensor cores with each weight dequantized in registers: 1, or 0 to "
+       "dequantize the whole matrix to bf16 and call cuBLAS, as longer prompts do (for comparison)."},
       {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
       {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
       {"HF_HOME", "",
@@ -82,6 +86,8 @@ bool flag(std::string_view env) {
 bool device_graphs() { return flag("HEARTH_DEVICE_GRAPHS"); }
 
 bool cuda_pdl() { return flag("HEARTH_CUDA_PDL"); }
+
+bool cuda_quant_gemm() { return flag("HEARTH_CUDA_QUANT_GEMM"); }
 
 int threads() {
   const std::string text = knob_text("HEARTH_THREADS");

@@ -31,6 +31,9 @@ int threads();
 bool device_graphs();
 // Whether CUDA kernels may start early, waiting for their inputs (HEARTH_CUDA_PDL, default on).
 bool cuda_pdl();
+// Whether GPU matmuls of 9-32 rows over 4/8-bit affine matrices dequantize in registers
+// (HEARTH_CUDA_QUANT_GEMM, default on) rather than into a dense copy for cuBLAS.
+bool cuda_quant_gemm();
 // Hearth's cache directory: $XDG_CACHE_HOME/hearth, else $HOME/.cache/hearth; "" when neither is set.
 std::string cache_dir();
 }  // namespace knobs

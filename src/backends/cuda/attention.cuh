@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/mma.cuh"
 
 namespace hearth::cuda {
 
@@ -24,13 +25,6 @@ __device__ inline RowPlace place_of(const AttentionArgs& a, int64_t t) {
   }
   const int64_t c = a.context_lens[lo_s] + t - a.seq_starts[lo_s];
   return {lo_s, c, a.window > 0 ? max(int64_t{0}, c - a.window + 1) : 0};
-}
-
-// 16 bytes from global to shared memory without passing through registers (sm_80+); complete
-// after cp.async.commit_group and a wait.
-__device__ inline void copy16_async(void* shared, const void* global) {
-  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(global));
 }
 
 // Prefill rows (T > kMatvecRows) on tensor cores where the cache is 16-bit and the head dim is

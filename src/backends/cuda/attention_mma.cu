@@ -6,72 +6,20 @@
 // per row in f32, and adds P V with P rounded to the cache's type (its row sums stay f32). The
 // rows of a tile may belong to several sequences (a flat batch): the tile is taken one
 // sequence's run of rows at a time, as the CUDA-core tile kernel does.
-//
-// Fragments (PTX ISA, mma.m16n8k16 with 16-bit inputs; g = lane / 4, c = lane % 4):
-//   A 16x16: a0 = A[g][2c, 2c+1], a1 = A[g+8][2c, 2c+1], a2 = A[g][2c+8, +9], a3 = A[g+8][2c+8, +9]
-//   B 16x8:  b0 = B[2c, 2c+1][g], b1 = B[2c+8, 2c+9][g]
-//   C 16x8:  c0, c1 = C[g][2c, 2c+1], c2, c3 = C[g+8][2c, 2c+1]
-// so a score tile's C registers, rounded in pairs, are the A registers of P for the next mma.
+// With the fragment layouts of mma.cuh, a score tile's C registers, rounded in pairs, are the A
+// registers of P for the next mma.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#include <type_traits>
 
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/convert.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/mma.cuh"
 
 namespace hearth::cuda {
 namespace {
 
 constexpr int kWarps = 4, kRows = 16 * kWarps, kKeys = 64;
-
-// Two floats as one register of two 16-bit values (the first in the low half), rounded to
-// nearest even.
-template <typename T>
-__device__ inline uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-// c += a b (16x16 by 16x8, f32 accumulation).
-template <typename T>
-__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Four 8x8 matrices of 16-bit values from shared memory; lane l gives the address of row l % 8
-// of matrix l / 8 and receives, of each matrix, row g's columns 2c and 2c + 1 (or with trans,
-// rows 2c and 2c + 1 of column g).
-__device__ inline void load_matrices(uint32_t (&r)[4], const void* row) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
-}
-__device__ inline void load_matrices_trans(uint32_t (&r)[4], const void* row) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
-}
 
 template <typename T, int kDh>
 __global__ void attention_mma_kernel(AttentionArgs a) {

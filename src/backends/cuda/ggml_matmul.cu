@@ -251,10 +251,11 @@ void matvec(cudaStream_t s, const GgmlArgs& w, const float* x, const float* bias
   launch_kernel(matvec_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, x, bias, y);
 }
 
+// Row blockIdx.x of the dense bf16 copy: no 64-bit division per element.
 __global__ void dequantize_kernel(GgmlArgs w, __nv_bfloat16* out) {
   wait_for_previous();
-  const int64_t i = blockIdx.x * 256LL + threadIdx.x;
-  if (i < w.N * w.K) out[i] = __float2bfloat16_rn(element(w, i / w.K, i % w.K));
+  const int64_t n = blockIdx.x, k = blockIdx.y * 256LL + threadIdx.x;
+  if (k < w.K) out[n * w.K + k] = __float2bfloat16_rn(element(w, n, k));
 }
 
 struct GgmlElement {  // table_rows' element
@@ -298,7 +299,7 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
     return;
   }
   auto* dense = static_cast<__nv_bfloat16*>(scratch);
-  launch_kernel(dequantize_kernel, blocks_for(w.N * w.K, 256), 256, 0, s, w, dense);
+  launch_kernel(dequantize_kernel, dim3(static_cast<unsigned>(w.N), blocks_for(w.K, 256)), 256, 0, s, w, dense);
   matmul(s, device, x, T, w.K, dense, DType::kBF16, w.N, bias, y, dense + w.N * w.K);
 }
 

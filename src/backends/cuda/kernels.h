@@ -91,6 +91,8 @@ struct MatvecPart {
   bool accumulate = false;
 };
 void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_type, const MatvecPart* parts, int n);
+// x: [n] f32 rounded to nearest even into out: [n] of `type` (bf16 or f16).
+void round_to_16bit(cudaStream_t s, const float* x, int64_t n, DType type, void* out);
 // True when matmul needs `scratch` for these sizes.
 inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > kMatvecRows && w_type != DType::kF32; }
 
@@ -100,6 +102,13 @@ using QuantArgs = hearth::AffineArgs;  // core/affine_args.h (rows layout on the
 // y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_scratch_bytes(T, N, K) bytes.
 void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
                       float* y, void* scratch);
+// quantized_matmul of kMatvecRows < T <= kQuantGemmRows on tensor cores, each weight dequantized
+// in registers (quant_gemm.cu): 4 and 8 bits, power-of-two group sizes of at least 32, K a
+// multiple of 64, codes 16-byte aligned. scratch: 2 T K bytes (x in bf16).
+constexpr int64_t kQuantGemmRows = 32;
+bool quant_gemm_fits(const QuantArgs& w);
+void quant_gemm(cudaStream_t s, const float* x, int64_t T, const QuantArgs& w, const float* bias, float* y,
+                void* scratch);
 // Decode rows (1 <= T <= kMatvecRows) of one x through up to kMaxMatvecParts matrices: one
 // launch when they share K, width, group size and scale type. scratch: quantized_scratch_bytes.
 struct QuantPart {

@@ -223,6 +223,14 @@ void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_
   }
 }
 
+void round_to_16bit(cudaStream_t s, const float* x, int64_t n, DType type, void* out) {
+  if (type == DType::kBF16) {
+    launch_kernel(narrow_kernel<__nv_bfloat16>, blocks_for(n, 256), 256, 0, s, x, n, static_cast<__nv_bfloat16*>(out));
+  } else {
+    launch_kernel(narrow_kernel<__half>, blocks_for(n, 256), 256, 0, s, x, n, static_cast<__half*>(out));
+  }
+}
+
 void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y, void* scratch) {
   if (T == 0 || N == 0) return;
@@ -242,14 +250,8 @@ void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, co
         "cublasSgemm");
   } else {
     // x rounded to the weights' type in `scratch` ([T, K] 16-bit).
-    const int64_t count = T * K;
     const cudaDataType type = w_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
-    if (w_type == DType::kBF16) {
-      launch_kernel(narrow_kernel<__nv_bfloat16>, blocks_for(count, 256), 256, 0, s, x, count,
-                    static_cast<__nv_bfloat16*>(scratch));
-    } else {
-      launch_kernel(narrow_kernel<__half>, blocks_for(count, 256), 256, 0, s, x, count, static_cast<__half*>(scratch));
-    }
+    round_to_16bit(s, x, T * K, w_type, scratch);
     check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     check_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, type, k, scratch, type, k, &zero, y,
                               CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),

@@ -13,7 +13,10 @@
 // meet four bytes of xq, which the first kernel stores in that order. Several matrices of one
 // x (q, k, v; gate, up) share both launches. Other widths, and shapes that do not split into
 // 16-byte loads, go per element in f32: correct, not fast.
-// Prefill: the matrix is dequantized to bf16 in a scratch buffer, then the dense bf16 GEMM.
+// A few more rows (T <= kQuantGemmRows: batched decode, short prompts), 4 and 8 bits: tensor cores
+// with each weight dequantized in registers (quant_gemm.cu). Prefill, and other widths: the
+// matrix dequantized to bf16 in a scratch buffer, then the dense bf16 GEMM (cuBLAS), which beats
+// our own tiles from a few dozen rows on (HEARTH_CUDA_QUANT_GEMM=0 takes it for all).
 // Embedding rows: dequantized per element exactly as the CPU reference (no fused multiply-add).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,6 +30,7 @@
 #include "backends/cuda/reduce.cuh"
 #include "backends/cuda/table_rows.cuh"
 #include "base/error.h"
+#include "base/knobs.h"
 
 namespace hearth::cuda {
 namespace {
@@ -267,31 +271,45 @@ __global__ void dequantize_kernel(QuantArgs w, __nv_bfloat16* out) {
 }
 
 // The same for widths whose codes sit whole in a word (2, 4, 8 bits; K a multiple of 32), one
-// thread per word: one division per word instead of several per element, the group's scale and
-// bias read once, the same two roundings per element.
+// thread per word, a row per blockIdx.x: no division per element (a 64-bit one costs more than
+// the element), the group's scale and bias read once, the same two roundings per element.
 template <int kBits, typename S>
 __global__ void dequantize_words_kernel(QuantArgs w, __nv_bfloat16* out) {
   wait_for_previous();
   constexpr int kCodes = 32 / kBits;
-  const int64_t words_per_row = w.K / kCodes, at = blockIdx.x * 256LL + threadIdx.x;
-  if (at >= w.N * words_per_row) return;
-  const int64_t n = at / words_per_row, k0 = (at % words_per_row) * kCodes;
-  const int64_t param = n * (w.K / w.group_size) + k0 / w.group_size;
+  const int64_t n = blockIdx.x;
+  const int K = static_cast<int>(w.K), words_per_row = K / kCodes, at = blockIdx.y * 256 + threadIdx.x;
+  if (at >= words_per_row) return;
+  const int k0 = at * kCodes;
+  const int64_t param = n * (K / w.group_size) + k0 / w.group_size;
   const float scale = widen(static_cast<const S*>(w.scales)[param]);
   const float bias = w.biases != nullptr ? widen(static_cast<const S*>(w.biases)[param])
                                          : -static_cast<float>(1 << (kBits - 1)) * scale;
-  const uint32_t word = w.packed[at];
-  __nv_bfloat16* dst = out + n * w.K + k0;
+  const uint32_t word = w.packed[n * words_per_row + at];
+  // The word's values as pairs, stored 16 bytes at a time (8 for 8 bits): 2-byte stores spread
+  // a warp's writes over many times the bytes they fill (4 bits took 3x as long as 8 that way).
+  uint32_t pairs[kCodes / 2];
 #pragma unroll
-  for (int e = 0; e < kCodes; ++e) {
-    const float q = static_cast<float>((word >> (kBits * e)) & ((1u << kBits) - 1u));
-    dst[e] = __float2bfloat16_rn(__fadd_rn(__fmul_rn(scale, q), bias));
+  for (int e = 0; e < kCodes; e += 2) {
+    const float q0 = static_cast<float>((word >> (kBits * e)) & ((1u << kBits) - 1u));
+    const float q1 = static_cast<float>((word >> (kBits * (e + 1))) & ((1u << kBits) - 1u));
+    const __nv_bfloat162 v =
+        __floats2bfloat162_rn(__fadd_rn(__fmul_rn(scale, q0), bias), __fadd_rn(__fmul_rn(scale, q1), bias));
+    pairs[e / 2] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  if constexpr (kCodes == 4) {
+    *reinterpret_cast<uint2*>(out + n * w.K + k0) = make_uint2(pairs[0], pairs[1]);
+  } else {
+    auto* dst = reinterpret_cast<uint4*>(out + n * w.K + k0);
+#pragma unroll
+    for (int i = 0; i < kCodes / 8; ++i)
+      dst[i] = make_uint4(pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2], pairs[4 * i + 3]);
   }
 }
 
 template <typename S>
 void dequantize_words(cudaStream_t s, const QuantArgs& w, __nv_bfloat16* out) {
-  const unsigned blocks = blocks_for(w.N * (w.K * w.bits / 32), 256);
+  const dim3 blocks(static_cast<unsigned>(w.N), blocks_for(w.K * w.bits / 32, 256));
   switch (w.bits) {
     case 2: launch_kernel(dequantize_words_kernel<2, S>, blocks, 256, 0, s, w, out); break;
     case 4: launch_kernel(dequantize_words_kernel<4, S>, blocks, 256, 0, s, w, out); break;
@@ -301,7 +319,7 @@ void dequantize_words(cudaStream_t s, const QuantArgs& w, __nv_bfloat16* out) {
 
 // The dense bf16 copy of w in `out` [N, K].
 void dequantize(cudaStream_t s, const QuantArgs& w, __nv_bfloat16* out) {
-  if ((w.bits == 2 || w.bits == 4 || w.bits == 8) && w.K % 32 == 0) {
+  if ((w.bits == 2 || w.bits == 4 || w.bits == 8) && w.K % 32 == 0 && w.K < (1 << 30) && w.N < (1LL << 31)) {
     switch (w.scale_type) {
       case DType::kBF16: return dequantize_words<__nv_bfloat16>(s, w, out);
       case DType::kF16: return dequantize_words<__half>(s, w, out);
@@ -376,6 +394,9 @@ void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, con
   if (T <= kMatvecRows) {
     const QuantPart part{w, bias, y};
     return quantized_matvec_group(s, x, T, &part, 1, scratch);
+  }
+  if (T <= kQuantGemmRows && knobs::cuda_quant_gemm() && quant_gemm_fits(w)) {
+    return quant_gemm(s, x, T, w, bias, y, scratch);
   }
   // scratch: the dense bf16 matrix [N, K], then x in bf16 [T, K] (matmul's own scratch).
   auto* dense = static_cast<__nv_bfloat16*>(scratch);

@@ -1,0 +1,292 @@
+// The CUDA backend's quantized ops (MLX affine and GGUF k-quant matrices: decode matvecs,
+// prefill GEMMs, embedding rows) against the CPU backend's scalar reference kernels. Skips when
+// no CUDA device is present. Tolerances are in docs/numerics.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/ggml_kernels.h"
+#include "backends/cpu/isa.h"
+#include "backends/cpu/quant_kernels.h"
+#include "base/error.h"
+#include "base/knobs.h"
+#include "core/device_memory.h"
+#include "core/ggml_blocks.h"
+#include "core/ops.h"
+#include "core/quant.h"
+#include "gpu/gpu_test_util.h"
+
+namespace hearth {
+namespace {
+
+using cpu::Isa;
+using namespace gpu_test;
+
+// Asserts, at every output of x [T, K] . q^T (q on the host), |got - want| <= rounding +
+// (eps + 1e-6) sum_k |x_k w_k| + 1e-5 (1 + |want|): rounding = sum_k |w_k - b_g| dx_g / 2 where x
+// is rounded to int8 per weight group (int8_x), eps = 2 * 2^-8 where x and the weights are
+// rounded to bf16 (docs/numerics.md).
+void expect_within_affine_bound(const QuantizedMatrix& q, const std::vector<float>& x, int64_t T,
+                                const std::vector<float>& got, const std::vector<float>& want, bool int8_x, double eps,
+                                const std::string& what) {
+  const int64_t N = q.rows, K = q.cols, gs = q.spec.group_size, G = K / gs;
+  const bool symmetric = !q.biases.defined();
+  const Tensor dense = dequantize(q);
+  const Tensor scales = q.scales.to(DType::kF32);
+  const Tensor biases = symmetric ? Tensor() : q.biases.to(DType::kF32);
+  auto group_bias = [&](int64_t n, int64_t g) {
+    return symmetric ? -float(1 << (q.spec.bits - 1)) * scales.data<float>()[n * G + g]
+                     : biases.data<float>()[n * G + g];
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t n = 0; n < N; ++n) {
+      double abs_dot = 0, rounding = 0;
+      for (int64_t g = 0; g < G; ++g) {
+        float amax = 0;
+        for (int64_t k = g * gs; k < (g + 1) * gs; ++k) amax = std::max(amax, std::abs(x[size_t(t * K + k)]));
+        for (int64_t k = g * gs; k < (g + 1) * gs; ++k) {
+          const float w = dense.data<float>()[n * K + k];
+          abs_dot += std::abs(x[size_t(t * K + k)] * w);
+          if (int8_x) rounding += std::abs(w - group_bias(n, g)) * amax / 127 / 2;
+        }
+      }
+      const size_t i = size_t(t * N + n);
+      ASSERT_LE(std::abs(got[i] - want[i]), rounding + (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
+          << what << " T=" << T << " N=" << N << " K=" << K << " at (" << t << ", " << n << ")";
+    }
+  }
+}
+
+std::string affine_name(int bits, int gs, DType scale_type, bool symmetric) {
+  return std::to_string(bits) + "-bit/" + std::to_string(gs) + " " + std::string(dtype_name(scale_type)) +
+         (symmetric ? " symmetric" : "");
+}
+
+// Every width (2-8 bits), group size and scale type, with and without biases (symmetric codes,
+// as GGUF Q4_0/Q8_0 load). Decode sizes of 4 and 8 bits take the integer kernels, x rounded to
+// int8 per group; other widths the per-element f32 kernel; T > 8 a bf16 GEMM.
+TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(10);
+  Context ctx = gpu_ctx();
+  const int64_t K = 256;
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int gs : {32, 64, 128}) {
+      for (DType scale_type : {DType::kBF16, DType::kF16, DType::kF32}) {
+        for (bool symmetric : {false, true}) {
+          const int64_t N = std::array<int64_t, 3>{1, 17, 300}[size_t(bits % 3)];
+          const std::vector<float> wf = random_floats(rng, size_t(N * K));
+          QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), QuantSpec{bits, gs}, scale_type);
+          if (symmetric) q.biases = Tensor();
+          for (int64_t T : {1, 5, 6, 7, 8, 9, 33}) {
+            const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
+            std::vector<float> want(size_t(T * N));
+            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, affine_args(q), bias.data(), want.data());
+            Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
+            ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
+            expect_within_affine_bound(q, x, T, to_host<float>(y), want, T <= 8 && (bits == 4 || bits == 8),
+                                       T <= 8 ? 0.0 : 2.0 / 256, affine_name(bits, gs, scale_type, symmetric));
+          }
+        }
+      }
+    }
+  }
+}
+
+// 9 to 32 rows of 4 and 8 bits through the tensor-core kernel that dequantizes in registers
+// (tiles of 32 x 32, K in steps of 64: several tiles and steps, partial tiles on both sides), and
+// through the dequantized copy for cuBLAS (HEARTH_CUDA_QUANT_GEMM=0, and longer prompts): all
+// within the bf16 bound of the scalar reference.
+TEST(CudaOps, QuantizedTensorCoreGemmMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(14);
+  Context ctx = gpu_ctx();
+  struct Shape3 {
+    int64_t T, N, K;
+  };
+  for (int bits : {4, 8}) {
+    for (int gs : {32, 64, 128}) {
+      for (DType scale_type : {DType::kBF16, DType::kF16, DType::kF32}) {
+        for (bool symmetric : {false, true}) {
+          std::vector<Shape3> shapes = {{9, 200, 512}, {32, 70, 1024}};
+          if (gs == 64 && scale_type == DType::kBF16 && !symmetric) shapes.push_back({130, 385, 1024});
+          for (const Shape3& sh : shapes) {
+            const std::vector<float> wf = random_floats(rng, size_t(sh.N * sh.K));
+            QuantizedMatrix q =
+                affine_quantize(Tensor::from_f32({sh.N, sh.K}, wf.data()), QuantSpec{bits, gs}, scale_type);
+            if (symmetric) q.biases = Tensor();
+            const std::vector<float> x = random_floats(rng, size_t(sh.T * sh.K)),
+                                     bias = random_floats(rng, size_t(sh.N));
+            std::vector<float> want(size_t(sh.T * sh.N));
+            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), sh.T, affine_args(q), bias.data(), want.data());
+            const QuantizedMatrix qg = on_gpu(q);
+            for (const char* tiled : {"1", "0"}) {
+              KnobOverride knob("HEARTH_CUDA_QUANT_GEMM", tiled);
+              Tensor y = Tensor::empty({sh.T, sh.N}, DType::kF32, kGpu);
+              ops::quantized_matmul(ctx, on_gpu({sh.T, sh.K}, x), qg, on_gpu({sh.N}, bias), y);
+              expect_within_affine_bound(
+                  q, x, sh.T, to_host<float>(y), want, false, 2.0 / 256,
+                  affine_name(bits, gs, scale_type, symmetric) + (tiled[0] == '1' ? " tiled" : " dequantized copy"));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The same with MLX affine matrices: one launch where the parts share a width and group size
+// (q/k/v, gate/up), one per part where they do not (4, 8 and 3 bits); each part exactly as its
+// own quantized_matmul, or added to y's old values where it accumulates.
+TEST(CudaOps, QuantizedMatmulGroupGivesEachPartItsOwnMatmul) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(13);
+  Context ctx = gpu_ctx();
+  const int64_t K = 512;
+  const std::vector<int64_t> sizes = {300, 7, 64};
+  for (bool mixed : {false, true}) {
+    std::vector<QuantizedMatrix> w;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<float> values = random_floats(rng, size_t(sizes[i] * K));
+      const int bits = mixed ? std::array<int, 3>{4, 8, 3}[i] : 4;
+      w.push_back(
+          on_gpu(affine_quantize(Tensor::from_f32({sizes[i], K}, values.data()), QuantSpec{bits, 64}, DType::kBF16)));
+    }
+    for (int64_t T : {1, 4, 8, 9}) {
+      const Tensor x = on_gpu({T, K}, random_floats(rng, size_t(T * K)));
+      std::vector<Tensor> bias, y, alone;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        bias.push_back(i == 1 ? Tensor() : on_gpu({sizes[i]}, random_floats(rng, size_t(sizes[i]))));
+        y.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
+        alone.push_back(Tensor::empty({T, sizes[i]}, DType::kF32, kGpu));
+        ops::quantized_matmul(ctx, x, w[i], bias[i], alone[i]);
+      }
+      // Part 2 accumulates: y = y0 + (x . w^T + bias).
+      const std::vector<float> y0 = random_floats(rng, size_t(T * sizes[2]));
+      y[2] = on_gpu({T, sizes[2]}, y0);
+      std::vector<ops::MatmulPart> parts;
+      for (size_t i = 0; i < sizes.size(); ++i) parts.push_back({nullptr, &bias[i], &y[i], &w[i], i == 2});
+      ops::matmul_group(ctx, x, parts);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<float> want = to_host<float>(alone[i]);
+        if (i == 2)
+          for (size_t e = 0; e < want.size(); ++e) want[e] = y0[e] + want[e];
+        EXPECT_EQ(to_host<float>(y[i]), want) << (mixed ? "mixed widths" : "4-bit") << " T=" << T << " part " << i;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, QuantizedEmbeddingDequantizesRowsExactly) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  Context ctx = gpu_ctx();
+  const int64_t V = 100, D = 128;
+  const std::vector<int32_t> ids = {0, 99, 7, 7, 42};
+  for (int bits : {3, 4, 8}) {
+    for (bool symmetric : {false, true}) {
+      const std::vector<float> wf = random_floats(rng, size_t(V * D));
+      QuantizedMatrix q = affine_quantize(Tensor::from_f32({V, D}, wf.data()), QuantSpec{bits, 64}, DType::kBF16);
+      if (symmetric) q.biases = Tensor();
+      std::vector<float> want(ids.size() * size_t(D));
+      cpu::affine_rows(affine_args(q), ids.data(), int64_t(ids.size()), want.data());
+      Tensor out = Tensor::empty({int64_t(ids.size()), D}, DType::kF32, kGpu);
+      ops::quantized_embedding(ctx, on_gpu(q), on_gpu_i32({int64_t(ids.size())}, ids), out);
+      EXPECT_EQ(to_host<float>(out), want) << bits << "-bit" << (symmetric ? " symmetric" : "");
+    }
+  }
+  Tensor out = Tensor::empty({1, D}, DType::kF32, kGpu);
+  const std::vector<float> wf = random_floats(rng, size_t(V * D));
+  ops::quantized_embedding(ctx,
+                           on_gpu(affine_quantize(Tensor::from_f32({V, D}, wf.data()), QuantSpec{4, 64}, DType::kBF16)),
+                           on_gpu_i32({1}, {-3}), out);
+  EXPECT_THROW(ops::check_errors(ctx), InputError);
+}
+
+// Random Q4_K / Q6_K blocks (every byte random, the f16 block scales finite and small).
+QuantizedMatrix random_k_quants(std::mt19937& rng, GgmlType type, int64_t N, int64_t K) {
+  const auto bytes = int64_t(row_bytes(type, K));
+  Tensor blocks = Tensor::empty({N, bytes}, DType::kU8);
+  for (int64_t i = 0; i < blocks.numel(); ++i) blocks.data<uint8_t>()[i] = uint8_t(rng());
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  const int64_t block_bytes = type == GgmlType::kQ4_K ? 144 : 210;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < K / 256; ++b) {
+      uint8_t* block = blocks.data<uint8_t>() + n * bytes + b * block_bytes;
+      for (int64_t at : type == GgmlType::kQ4_K ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{208}) {
+        const uint16_t h = f32_to_f16(scale(rng));
+        std::memcpy(block + at, &h, 2);
+      }
+    }
+  }
+  return ggml_quantized(type, N, K, blocks);
+}
+
+cpu::GgmlMatrix cpu_blocks(const QuantizedMatrix& q) {
+  return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1))};
+}
+
+// GGUF k-quants: decode sizes as integer dots (x rounded to int8 per 32 values), prefill through
+// a bf16 dequantized matrix (as the affine prefill); embedding rows bit-identical. K = 256 gives
+// Q6_K rows that start 2 bytes off a word (210-byte rows).
+TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  Context ctx = gpu_ctx();
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {300, 1024}}) {
+      const QuantizedMatrix q = random_k_quants(rng, type, N, K);
+      const Tensor dense = dequantize(q);
+      // Decode rows round x to int8 per 32 values: the bound gains sum_k |d sc q_k| dx / 2, d sc q_k
+      // being each weight without its min term (Q4_K blocks with dmin = 0; Q6_K has none).
+      QuantizedMatrix no_min = q;
+      no_min.packed = Tensor::empty(q.packed.shape(), DType::kU8);
+      std::memcpy(no_min.packed.raw(), q.packed.raw(), q.packed.nbytes());
+      uint8_t* bytes = no_min.packed.data<uint8_t>();
+      for (int64_t at = 0; type == GgmlType::kQ4_K && at < no_min.packed.numel(); at += 144)
+        bytes[at + 2] = bytes[at + 3] = 0;
+      const Tensor scaled = dequantize(no_min);
+      for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 33}) {
+        const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
+        std::vector<float> want(size_t(T * N));
+        cpu::ggml_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_blocks(q), bias.data(), want.data());
+        Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
+        ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
+        const std::vector<float> got = to_host<float>(y);
+        const double eps = T <= 8 ? 0.0 : 2.0 / 256;
+        const bool int8_x = T <= 8;
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < N; ++n) {
+            double abs_dot = 0, rounding = 0;
+            for (int64_t j = 0; j < K / 32; ++j) {
+              float amax = 0;
+              for (int64_t k = 32 * j; k < 32 * j + 32; ++k) amax = std::max(amax, std::abs(x[size_t(t * K + k)]));
+              for (int64_t k = 32 * j; k < 32 * j + 32; ++k) {
+                abs_dot += std::abs(x[size_t(t * K + k)] * dense.data<float>()[n * K + k]);
+                if (int8_x) rounding += std::abs(scaled.data<float>()[n * K + k]) * amax / 127 / 2;
+              }
+            }
+            const size_t i = size_t(t * N + n);
+            ASSERT_LE(std::abs(got[i] - want[i]), rounding + (eps + 1e-6) * abs_dot + 1e-5 * (1 + std::abs(want[i])))
+                << ggml_type_name(type) << " T=" << T << " N=" << N << " K=" << K << " at (" << t << ", " << n << ")";
+          }
+        }
+      }
+      std::vector<int32_t> ids = {0, int32_t(N - 1), int32_t(N / 2)};
+      std::vector<float> want(ids.size() * size_t(K));
+      cpu::ggml_rows(cpu_blocks(q), ids.data(), int64_t(ids.size()), want.data());
+      Tensor out = Tensor::empty({int64_t(ids.size()), K}, DType::kF32, kGpu);
+      ops::quantized_embedding(ctx, on_gpu(q), on_gpu_i32({int64_t(ids.size())}, ids), out);
+      EXPECT_EQ(to_host<float>(out), want) << ggml_type_name(type) << " rows";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth
