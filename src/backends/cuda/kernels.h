@@ -99,7 +99,7 @@ inline bool matmul_needs_scratch(int64_t T, DType w_type) { return T > kMatvecRo
 // An MLX affine quantized [N, K] matrix in rows layout (core/quant.h); biases null for
 // symmetric codes.
 using QuantArgs = hearth::AffineArgs;  // core/affine_args.h (rows layout on the GPU)
-// y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_scratch_bytes(T, N, K) bytes.
+// y: [T, N] f32 = x: [T, K] f32 . w^T + bias. scratch: quantized_matmul_scratch_bytes(T, w).
 void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, const QuantArgs& w, const float* bias,
                       float* y, void* scratch);
 // quantized_matmul of kMatvecRows < T <= kQuantGemmRows on tensor cores, each weight dequantized
@@ -123,6 +123,8 @@ void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const Qua
 inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) {
   return T <= kMatvecRows ? T * K + 2 * 4 * T * (K / 32) + 16 : 2 * (N + T) * K;
 }
+// quantized_matmul's: quantized_scratch_bytes, or x in bf16 alone where quant_gemm takes the rows.
+int64_t quantized_matmul_scratch_bytes(int64_t T, const QuantArgs& w);
 // out: [T, K] f32 = the dequantized rows ids[t] of w; bad ids are reported in `errors`.
 void quantized_rows(cudaStream_t s, const QuantArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
 

@@ -341,7 +341,16 @@ bool dp4a_fits(const QuantArgs& w) {
          reinterpret_cast<uintptr_t>(w.packed) % 16 == 0;
 }
 
+// Whether quantized_matmul of T > kMatvecRows rows runs quant_gemm.
+bool takes_quant_gemm(int64_t T, const QuantArgs& w) {
+  return T <= kQuantGemmRows && quant_gemm_fits(w) && knobs::cuda_quant_gemm();
+}
+
 }  // namespace
+
+int64_t quantized_matmul_scratch_bytes(int64_t T, const QuantArgs& w) {
+  return T > kMatvecRows && takes_quant_gemm(T, w) ? 2 * T * w.K : quantized_scratch_bytes(T, w.N, w.K);
+}
 
 void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const QuantPart* parts, int n, void* scratch) {
   HEARTH_CHECK(T >= 1 && T <= kMatvecRows && n >= 1 && n <= kMaxMatvecParts);
@@ -395,9 +404,7 @@ void quantized_matmul(cudaStream_t s, int device, const float* x, int64_t T, con
     const QuantPart part{w, bias, y};
     return quantized_matvec_group(s, x, T, &part, 1, scratch);
   }
-  if (T <= kQuantGemmRows && knobs::cuda_quant_gemm() && quant_gemm_fits(w)) {
-    return quant_gemm(s, x, T, w, bias, y, scratch);
-  }
+  if (takes_quant_gemm(T, w)) return quant_gemm(s, x, T, w, bias, y, scratch);
   // scratch: the dense bf16 matrix [N, K], then x in bf16 [T, K] (matmul's own scratch).
   auto* dense = static_cast<__nv_bfloat16*>(scratch);
   dequantize(s, w, dense);
