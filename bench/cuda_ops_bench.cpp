@@ -86,26 +86,20 @@ void time_prefill_gemms(Context& ctx, Device gpu) {
     std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", "gemm bf16 [2048, 4096] x [14336, 4096]", us,
                 2.0 * P * D * F / us / 1e6);
   }
-  {  // GGUF Q4_K: the dequantized copy and cuBLAS
-    const QuantizedMatrix w = backend_for(gpu).prepare(k_quant_matrix(GgmlType::kQ4_K, F, D), gpu);
-    for (int64_t P : {16, 512}) {
-      const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f);
-      Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
-      const double us = time_op(ctx, [&](int) { ops::quantized_matmul(ctx, xp, w, {}, yp); });
-      const std::string name = "gemm q4_k [" + std::to_string(P) + ", 4096] x [14336, 4096]";
-      std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", name.c_str(), us, 2.0 * P * D * F / us / 1e6);
-    }
-  }
+  auto time_gemm = [&](const std::string& format, const QuantizedMatrix& w, int64_t P) {
+    const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f);
+    Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
+    const double us = time_op(ctx, [&](int) { ops::quantized_matmul(ctx, xp, w, {}, yp); });
+    const std::string name = "gemm " + format + " [" + std::to_string(P) + ", 4096] x [14336, 4096]";
+    std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", name.c_str(), us, 2.0 * P * D * F / us / 1e6);
+  };
+  // GGUF Q4_K: the dequantized copy and cuBLAS.
+  const QuantizedMatrix q4_k = backend_for(gpu).prepare(k_quant_matrix(GgmlType::kQ4_K, F, D), gpu);
+  for (int64_t P : {16, 512}) time_gemm("q4_k", q4_k, P);
   for (int bits : {4, 8}) {
     const QuantizedMatrix w = backend_for(gpu).prepare(
         affine_quantize(filled({F, D}, DType::kBF16, kCpu, 0.02f), {bits, 64}, DType::kBF16), gpu);
-    for (int64_t P : {16, 64, 128, 512, 2048}) {
-      const Tensor xp = filled({P, D}, DType::kF32, gpu, 1.0f);
-      Tensor yp = Tensor::empty({P, F}, DType::kF32, gpu);
-      const double us = time_op(ctx, [&](int) { ops::quantized_matmul(ctx, xp, w, {}, yp); });
-      const std::string name = "gemm q" + std::to_string(bits) + " [" + std::to_string(P) + ", 4096] x [14336, 4096]";
-      std::printf("%-34s %9.2f us  %7.1f TFLOP/s\n", name.c_str(), us, 2.0 * P * D * F / us / 1e6);
-    }
+    for (int64_t P : {16, 64, 128, 512, 2048}) time_gemm(bits == 4 ? "q4" : "q8", w, P);
   }
 }
 

@@ -337,7 +337,7 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) copy16_async(&vs[warp][lane][i * kPer], v_cache + row + i * kPer);
     }
-    asm volatile("cp.async.commit_group;");
+    commit_copies();
 #pragma unroll
     for (int i = 0; i < kPieces; ++i)
       kr[i] = mine ? *reinterpret_cast<const uint4*>(k_cache + row + i * kPer) : make_uint4(0, 0, 0, 0);
@@ -390,7 +390,7 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
       m[h] = m_new;
       ps[warp][h][lane] = pj;
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    wait_copies<0>();
     __syncwarp();
     for (int key = 0; key < valid; ++key) {
       float v[kLaneDims];

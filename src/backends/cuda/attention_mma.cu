@@ -80,8 +80,8 @@ __global__ void attention_mma_kernel(AttentionArgs a) {
           *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
         }
       }
-      asm volatile("cp.async.commit_group;");
-      asm volatile("cp.async.wait_all;" ::: "memory");
+      commit_copies();
+      wait_copies<0>();
       __syncthreads();
 
       // Scores: s[nt] is the 16 x 8 tile of keys j0 + 8 nt.

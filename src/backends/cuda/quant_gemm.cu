@@ -192,8 +192,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kBits, typename S>
 void launch(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const QuantArgs& w, const float* bias, float* y) {
   constexpr int kBytes = Layout<kBits>::kBytes;
-  HEARTH_CUDA_CHECK(
-      cudaFuncSetAttribute(quant_gemm_kernel<kBits, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+  static_assert(kBytes <= 48 * 1024, "more dynamic shared memory needs cudaFuncSetAttribute");
   const dim3 grid(blocks_for(T, kTileRows), blocks_for(w.N, kTileCols));
   launch_kernel(quant_gemm_kernel<kBits, S>, grid, kThreads, kBytes, s, x, T, w, bias, y);
 }
