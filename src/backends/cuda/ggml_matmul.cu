@@ -251,8 +251,73 @@ void matvec(cudaStream_t s, const GgmlArgs& w, const float* x, const float* bias
   launch_kernel(matvec_kernel<kT>, blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, x, bias, y);
 }
 
-// Row blockIdx.x of the dense bf16 copy: no 64-bit division per element.
+// Elements i..i+7 of a Q4_K block (i a multiple of 8: one sub-block, one scale and min), each
+// as q4_k_element computes it, with the block's params read once.
+__device__ inline void q4_k_elements8(const uint8_t* block, int i, float (&out)[8]) {
+  const float d = load_f16(block), dmin = load_f16(block + 2);
+  const uint8_t* s = block + 4;
+  const int c = i / 64, l = i % 32, high = (i % 64) >= 32, j = 2 * c + high;
+  int sc, m;
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+  const float dsc = __fmul_rn(d, static_cast<float>(sc)), dm = __fmul_rn(dmin, static_cast<float>(m));
+  // 8 code bytes, 8-byte aligned (blocks are 144 bytes from a 16-byte aligned row).
+  const uint2 bytes = *reinterpret_cast<const uint2*>(block + 16 + c * 32 + l);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t byte = ((e < 4 ? bytes.x : bytes.y) >> (8 * (e % 4))) & 0xFFu;
+    const float q = static_cast<float>(high ? byte >> 4 : byte & 0xF);
+    out[e] = __fsub_rn(__fmul_rn(dsc, q), dm);
+  }
+}
+
+// Elements i..i+7 of a Q6_K block (i a multiple of 8: one scale), each as q6_k_element computes
+// it. Blocks are 210 bytes, so the bytes are read one by one.
+__device__ inline void q6_k_elements8(const uint8_t* block, int i, float (&out)[8]) {
+  const int half = i / 128, r = i % 128, g = r / 32, l = r % 32;
+  const int8_t sc = static_cast<int8_t>(block[192 + half * 8 + l / 16 + 2 * g]);
+  const float dsc = __fmul_rn(load_f16(block + 208), static_cast<float>(sc));
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const uint8_t lo = block[half * 64 + l + e + 32 * (g & 1)];
+    const int low = g >= 2 ? lo >> 4 : lo & 0xF;
+    const int high = (block[128 + half * 32 + l + e] >> (2 * g)) & 3;
+    out[e] = __fmul_rn(dsc, static_cast<float>((low | (high << 4)) - 32));
+  }
+}
+
+// The dense bf16 copy, 8 elements of row blockIdx.x per thread, each decoded as element() does
+// and stored 16 bytes at a time (K is a multiple of 256). One element per thread read the
+// block's params ~10 times per element: 290 us for a [14336, 4096] Q4_K matrix on the H200.
+template <GgmlType kType>
 __global__ void dequantize_kernel(GgmlArgs w, __nv_bfloat16* out) {
+  wait_for_previous();
+  const int64_t n = blockIdx.x, k = (blockIdx.y * 256LL + threadIdx.x) * 8;
+  if (k >= w.K) return;
+  constexpr int kBlockBytes = kType == GgmlType::kQ4_K ? 144 : 210;
+  const uint8_t* block = w.blocks + n * w.row_bytes + (k / 256) * kBlockBytes;
+  float v[8];
+  if constexpr (kType == GgmlType::kQ4_K) {
+    q4_k_elements8(block, static_cast<int>(k % 256), v);
+  } else {
+    q6_k_elements8(block, static_cast<int>(k % 256), v);
+  }
+  uint32_t pairs[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+    pairs[e] = *reinterpret_cast<const uint32_t*>(&p);
+  }
+  *reinterpret_cast<uint4*>(out + n * w.K + k) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+}
+
+// One element per thread (Q4_K rows that are not 16-byte aligned).
+__global__ void dequantize_elements_kernel(GgmlArgs w, __nv_bfloat16* out) {
   wait_for_previous();
   const int64_t n = blockIdx.x, k = blockIdx.y * 256LL + threadIdx.x;
   if (k < w.K) out[n * w.K + k] = __float2bfloat16_rn(element(w, n, k));
@@ -299,7 +364,15 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
     return;
   }
   auto* dense = static_cast<__nv_bfloat16*>(scratch);
-  launch_kernel(dequantize_kernel, dim3(static_cast<unsigned>(w.N), blocks_for(w.K, 256)), 256, 0, s, w, dense);
+  const dim3 grid(static_cast<unsigned>(w.N), blocks_for(w.K / 8, 256));
+  if (w.type == GgmlType::kQ4_K && reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0) {
+    launch_kernel(dequantize_kernel<GgmlType::kQ4_K>, grid, 256, 0, s, w, dense);
+  } else if (w.type == GgmlType::kQ6_K) {
+    launch_kernel(dequantize_kernel<GgmlType::kQ6_K>, grid, 256, 0, s, w, dense);
+  } else {
+    launch_kernel(dequantize_elements_kernel, dim3(static_cast<unsigned>(w.N), blocks_for(w.K, 256)), 256, 0, s, w,
+                  dense);
+  }
   matmul(s, device, x, T, w.K, dense, DType::kBF16, w.N, bias, y, dense + w.N * w.K);
 }
 
