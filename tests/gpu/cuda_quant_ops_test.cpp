@@ -232,8 +232,8 @@ cpu::GgmlMatrix cpu_blocks(const QuantizedMatrix& q) {
   return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1))};
 }
 
-// GGUF k-quants: decode sizes as integer dots (x rounded to int8 per 32 values), prefill through
-// a bf16 dequantized matrix (as the affine prefill); embedding rows bit-identical. K = 256 gives
+// GGUF k-quants: up to 32 rows as integer dots (x rounded to int8 per 32 values, 8 rows per
+// pass), prefill through a bf16 dequantized matrix (as the affine prefill); embedding rows bit-identical. K = 256 gives
 // Q6_K rows that start 2 bytes off a word (210-byte rows).
 TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
   SKIP_WITHOUT_GPU();
@@ -252,15 +252,15 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
       for (int64_t at = 0; type == GgmlType::kQ4_K && at < no_min.packed.numel(); at += 144)
         bytes[at + 2] = bytes[at + 3] = 0;
       const Tensor scaled = dequantize(no_min);
-      for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 33}) {
+      for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 20, 32, 33}) {
         const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
         std::vector<float> want(size_t(T * N));
         cpu::ggml_matmul(Isa::kScalar, nullptr, x.data(), T, cpu_blocks(q), bias.data(), want.data());
         Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
         ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
         const std::vector<float> got = to_host<float>(y);
-        const double eps = T <= 8 ? 0.0 : 2.0 / 256;
-        const bool int8_x = T <= 8;
+        const bool int8_x = T <= 32;  // 9-32 rows: the integer kernels, 8 rows at a time
+        const double eps = int8_x ? 0.0 : 2.0 / 256;
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t n = 0; n < N; ++n) {
             double abs_dot = 0, rounding = 0;

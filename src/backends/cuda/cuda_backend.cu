@@ -99,8 +99,8 @@ class CudaBackend final : public Backend {
                         Tensor& y) override {
     const int64_t T = x.dim(0);
     Tensor scratch;
-    const int64_t bytes =
-        w.is_ggml() ? quantized_scratch_bytes(T, w.rows, w.cols) : quantized_matmul_scratch_bytes(T, affine_args(w));
+    const int64_t bytes = w.is_ggml() ? ggml_matmul_scratch_bytes(T, ggml(w, "quantized_matmul"))
+                                      : quantized_matmul_scratch_bytes(T, affine_args(w));
     if (bytes > 0) scratch = Tensor::empty({bytes}, DType::kU8, ctx.device);
     void* scratch_p = scratch.defined() ? scratch.raw() : nullptr;
     const float* b = bias.defined() ? bias.data<float>() : nullptr;

@@ -9,11 +9,14 @@
 // decode rows too, with the same x: a lane takes 16 values (one sub-block of one scale), builds
 // their 6-bit codes minus 32 as signed bytes from 16 bytes of ql and 16 of qh, and adds
 // d * scale * dx * isum (4 dp4a). Q6_K blocks are 210 bytes, so those 16 bytes may start
-// 2 bytes off a word: they are read as five aligned words and shifted. Prefill dequantizes the
-// matrix to bf16 and takes the dense GEMM; embedding rows are decoded exactly as the CPU
+// 2 bytes off a word: they are read as five aligned words and shifted. Up to kQuantGemmRows rows
+// (batched decode) take the integer kernels 8 rows at a time; prefill dequantizes the matrix to
+// bf16 and takes the dense GEMM; embedding rows are decoded exactly as the CPU
 // reference computes them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
@@ -350,6 +353,14 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
     }
     return;
   }
+  // A few more rows (batched decode): the integer kernels over chunks of kMatvecRows rows, each
+  // chunk reading the matrix once: even four passes move less than the dense copy writes.
+  if (T <= kQuantGemmRows && integer) {
+    for (int64_t t0 = 0; t0 < T; t0 += kMatvecRows) {
+      ggml_matmul(s, device, x + t0 * w.K, std::min<int64_t>(kMatvecRows, T - t0), w, bias, y + t0 * w.N, scratch);
+    }
+    return;
+  }
   if (T <= kMatvecRows) {
     switch (T) {
       case 1: matvec<1>(s, w, x, bias, y); break;
@@ -374,6 +385,11 @@ void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const Gg
                   dense);
   }
   matmul(s, device, x, T, w.K, dense, DType::kBF16, w.N, bias, y, dense + w.N * w.K);
+}
+
+int64_t ggml_matmul_scratch_bytes(int64_t T, const GgmlArgs& w) {
+  const bool integer = w.type == GgmlType::kQ6_K || reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0;
+  return quantized_scratch_bytes(T <= kQuantGemmRows && integer ? std::min<int64_t>(T, kMatvecRows) : T, w.N, w.K);
 }
 
 void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {

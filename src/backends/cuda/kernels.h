@@ -139,6 +139,8 @@ bool ggml_has_kernels(GgmlType type);
 void ggml_matmul(cudaStream_t s, int device, const float* x, int64_t T, const GgmlArgs& w, const float* bias, float* y,
                  void* scratch);
 void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T, float* out, int32_t* errors);
+// ggml_matmul's scratch bytes for T rows of x.
+int64_t ggml_matmul_scratch_bytes(int64_t T, const GgmlArgs& w);
 
 using AttentionArgs = hearth::AttentionArgs;  // core/attention_args.h
 // Varlen paged attention with GQA (core/ops.h), Dh <= 256. scratch: attention_scratch_bytes.
