@@ -99,6 +99,34 @@ TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
   }
 }
 
+// Decode shapes beyond the small ones above: rows of many rounds of loads per lane (K = 14336,
+// 8192), thousands of rows, several rows of x, and x shorter than a warp's loads (K = 96, 64).
+TEST(CudaOps, QuantizedMatvecTakesLongAndManyRows) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  Context ctx = gpu_ctx();
+  struct Shape {
+    int64_t N, K, T;
+    int gs;
+  };
+  for (const Shape& shape : {Shape{5000, 1024, 1, 64}, Shape{40, 14336, 3, 64}, Shape{33, 8192, 8, 128},
+                             Shape{130, 2048, 5, 32}, Shape{50, 96, 1, 32}, Shape{20, 64, 3, 64}}) {
+    for (int bits : {4, 8}) {
+      const std::vector<float> wf = random_floats(rng, size_t(shape.N * shape.K));
+      const QuantizedMatrix q =
+          affine_quantize(Tensor::from_f32({shape.N, shape.K}, wf.data()), QuantSpec{bits, shape.gs}, DType::kBF16);
+      const std::vector<float> x = random_floats(rng, size_t(shape.T * shape.K)),
+                               bias = random_floats(rng, size_t(shape.N));
+      std::vector<float> want(size_t(shape.T * shape.N));
+      cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), shape.T, affine_args(q), bias.data(), want.data());
+      Tensor y = Tensor::empty({shape.T, shape.N}, DType::kF32, kGpu);
+      ops::quantized_matmul(ctx, on_gpu({shape.T, shape.K}, x), on_gpu(q), on_gpu({shape.N}, bias), y);
+      expect_within_affine_bound(q, x, shape.T, to_host<float>(y), want, true, 0.0,
+                                 affine_name(bits, shape.gs, DType::kBF16, false));
+    }
+  }
+}
+
 // 9 to 32 rows of 4 and 8 bits through the tensor-core kernel that dequantizes in registers
 // (tiles of 32 x 32, K in steps of 64: several tiles and steps, partial tiles on both sides), and
 // through the dequantized copy for cuBLAS (HEARTH_CUDA_QUANT_GEMM=0, and longer prompts): all

@@ -229,22 +229,28 @@ void matvec_elements(cudaStream_t s, const QuantPart& p, const float* x) {
   launch_kernel(matvec_elements_kernel<kT>, blocks_for(p.w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, p, x);
 }
 
+// f.template operator()<kT>() for kT = T (1 <= T <= kMatvecRows): a kernel instantiation per row count.
+template <typename F>
+void with_rows(int64_t T, F&& f) {
+  switch (T) {
+    case 1: return f.template operator()<1>();
+    case 2: return f.template operator()<2>();
+    case 3: return f.template operator()<3>();
+    case 4: return f.template operator()<4>();
+    case 5: return f.template operator()<5>();
+    case 6: return f.template operator()<6>();
+    case 7: return f.template operator()<7>();
+    default: return f.template operator()<kMatvecRows>();
+  }
+}
+
 template <int kBits, typename S>
 void matvec_dp4a(cudaStream_t s, const float* x, int64_t T, const QuantLaunch& L, void* scratch) {
   const QuantArgs& w = L.part[0].w;
   const PreparedX px = prepare_x<kBits>(s, x, T, w.K, w.group_size, scratch);
   const unsigned blocks = blocks_for(L.first[L.n], kWarpsPerBlock * kRowsPerWarp<kBits>);
   const unsigned threads = kWarpsPerBlock * 32;
-  switch (T) {
-    case 1: launch_kernel(matvec_dp4a_kernel<kBits, 1, S>, blocks, threads, 0, s, L, px); break;
-    case 2: launch_kernel(matvec_dp4a_kernel<kBits, 2, S>, blocks, threads, 0, s, L, px); break;
-    case 3: launch_kernel(matvec_dp4a_kernel<kBits, 3, S>, blocks, threads, 0, s, L, px); break;
-    case 4: launch_kernel(matvec_dp4a_kernel<kBits, 4, S>, blocks, threads, 0, s, L, px); break;
-    case 5: launch_kernel(matvec_dp4a_kernel<kBits, 5, S>, blocks, threads, 0, s, L, px); break;
-    case 6: launch_kernel(matvec_dp4a_kernel<kBits, 6, S>, blocks, threads, 0, s, L, px); break;
-    case 7: launch_kernel(matvec_dp4a_kernel<kBits, 7, S>, blocks, threads, 0, s, L, px); break;
-    default: launch_kernel(matvec_dp4a_kernel<kBits, kMatvecRows, S>, blocks, threads, 0, s, L, px); break;
-  }
+  with_rows(T, [&]<int kT>() { launch_kernel(matvec_dp4a_kernel<kBits, kT, S>, blocks, threads, 0, s, L, px); });
 }
 
 template <typename S>
@@ -369,16 +375,7 @@ void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const Qua
         quantized_matvec_group(s, x, T, &p, 1, scratch);
         continue;
       }
-      switch (T) {
-        case 1: matvec_elements<1>(s, p, x); break;
-        case 2: matvec_elements<2>(s, p, x); break;
-        case 3: matvec_elements<3>(s, p, x); break;
-        case 4: matvec_elements<4>(s, p, x); break;
-        case 5: matvec_elements<5>(s, p, x); break;
-        case 6: matvec_elements<6>(s, p, x); break;
-        case 7: matvec_elements<7>(s, p, x); break;
-        default: matvec_elements<kMatvecRows>(s, p, x); break;
-      }
+      with_rows(T, [&]<int kT>() { matvec_elements<kT>(s, p, x); });
     }
     return;
   }
