@@ -1,5 +1,7 @@
 #include "base/knobs.h"
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -48,6 +50,8 @@ std::map<std::string, std::string, std::less<>>& overrides() {
   static std::map<std::string, std::string, std::less<>> m;
   return m;
 }
+// Bumped by every KnobOverride, so that cached knob values are read again.
+std::atomic<uint64_t> override_generation{1};
 
 const KnobInfo& find_knob(std::string_view env) {
   for (const KnobInfo& k : all_knobs()) {
@@ -81,13 +85,38 @@ bool flag(std::string_view env) {
   if (text != "0" && text != "1") throw InputError(std::string(env) + ": expected 0 or 1, got '" + text + "'");
   return text == "1";
 }
+
+// A flag read once per override generation: hot paths ask per call (a quantized matmul, a
+// decode step), and a read takes a lock and getenv. A bad value is not cached: it throws again.
+class CachedFlag {
+ public:
+  explicit CachedFlag(std::string_view env) : env_(env) {}
+  bool get() {
+    const uint64_t generation = override_generation.load(std::memory_order_acquire);
+    const uint64_t seen = state_.load(std::memory_order_acquire);
+    if (seen >> 1 == generation) return (seen & 1) != 0;
+    const bool value = flag(env_);
+    state_.store(generation << 1 | (value ? 1 : 0), std::memory_order_release);
+    return value;
+  }
+
+ private:
+  std::string_view env_;
+  std::atomic<uint64_t> state_{0};  // generation << 1 | value; generation 0: never read
+};
 }  // namespace
 
-bool device_graphs() { return flag("HEARTH_DEVICE_GRAPHS"); }
+bool device_graphs() {
+  static CachedFlag f("HEARTH_DEVICE_GRAPHS");
+  return f.get();
+}
 
 bool cuda_pdl() { return flag("HEARTH_CUDA_PDL"); }
 
-bool cuda_quant_gemm() { return flag("HEARTH_CUDA_QUANT_GEMM"); }
+bool cuda_quant_gemm() {
+  static CachedFlag f("HEARTH_CUDA_QUANT_GEMM");
+  return f.get();
+}
 
 int threads() {
   const std::string text = knob_text("HEARTH_THREADS");
@@ -111,6 +140,7 @@ KnobOverride::KnobOverride(std::string_view env, std::string value) : env_(env) 
   had_previous_ = it != overrides().end();
   if (had_previous_) previous_ = it->second;
   overrides()[env_] = std::move(value);
+  override_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 KnobOverride::~KnobOverride() {
@@ -120,6 +150,7 @@ KnobOverride::~KnobOverride() {
   } else {
     overrides().erase(env_);
   }
+  override_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 std::string knobs_markdown() {

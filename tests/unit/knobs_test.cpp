@@ -35,7 +35,8 @@ TEST(Knobs, BadThreadCountIsAnError) {
 
 TEST(Knobs, FlagsAreZeroOrOne) {
   const std::pair<const char*, bool (*)()> flags[] = {{"HEARTH_DEVICE_GRAPHS", knobs::device_graphs},
-                                                      {"HEARTH_CUDA_PDL", knobs::cuda_pdl}};
+                                                      {"HEARTH_CUDA_PDL", knobs::cuda_pdl},
+                                                      {"HEARTH_CUDA_QUANT_GEMM", knobs::cuda_quant_gemm}};
   for (const auto& [env, read] : flags) {
     {
       const KnobOverride o(env, "0");
@@ -48,6 +49,23 @@ TEST(Knobs, FlagsAreZeroOrOne) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(env), std::string::npos) << e.what();
     }
+  }
+}
+
+// The flags that hot paths read per call are cached; an override and its end are seen at once.
+TEST(Knobs, CachedFlagsFollowOverrides) {
+  const std::pair<const char*, bool (*)()> flags[] = {{"HEARTH_DEVICE_GRAPHS", knobs::device_graphs},
+                                                      {"HEARTH_CUDA_QUANT_GEMM", knobs::cuda_quant_gemm}};
+  for (const auto& [env, read] : flags) {
+    const bool outside = knob_text(env) == "1";
+    EXPECT_EQ(read(), outside) << env;
+    EXPECT_EQ(read(), outside) << env;
+    {
+      const KnobOverride o(env, outside ? "0" : "1");
+      EXPECT_EQ(read(), !outside) << env;
+      EXPECT_EQ(read(), !outside) << env;
+    }
+    EXPECT_EQ(read(), outside) << env;
   }
 }
 
