@@ -35,7 +35,9 @@
 namespace hearth::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+// Blocks of 4 warps (a warp per row): a block leaves the SM when its slowest warp is done, and
+// smaller blocks let the next ones in sooner (q4 gate+up 30.7 -> 29.5 us against 8 warps, H200).
+constexpr int kWarpsPerBlock = 4;
 
 __device__ inline float param(const void* p, DType t, int64_t i) {
   if (t == DType::kF32) return static_cast<const float*>(p)[i];
