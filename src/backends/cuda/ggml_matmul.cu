@@ -35,19 +35,26 @@ __device__ inline float load_f16(const uint8_t* p) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8))));
 }
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K block from its 12 scale bytes, byte(i)
+// reading byte i.
+template <typename Byte>
+__device__ inline void q4_k_scale_min(Byte byte, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = byte(j) & 63;
+    *m = byte(j + 4) & 63;
+  } else {
+    *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    *m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
 // Element i (0..255) of a Q4_K block: d * scale * nibble - dmin * min, rounded as the CPU does.
 __device__ inline float q4_k_element(const uint8_t* block, int i) {
   const float d = load_f16(block), dmin = load_f16(block + 2);
   const uint8_t* s = block + 4;
-  const int c = i / 64, l = i % 32, high = (i % 64) >= 32, j = 2 * c + high;
+  const int c = i / 64, l = i % 32, high = (i % 64) >= 32;
   int sc, m;
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+  q4_k_scale_min([s](int i) { return static_cast<int>(s[i]); }, 2 * c + high, &sc, &m);
   const uint8_t byte = block[16 + c * 32 + l];
   const float q = static_cast<float>(high ? byte >> 4 : byte & 0xF);
   return __fsub_rn(__fmul_rn(__fmul_rn(d, static_cast<float>(sc)), q), __fmul_rn(dmin, static_cast<float>(m)));
@@ -76,17 +83,6 @@ __device__ inline float element(const GgmlArgs& w, int64_t n, int64_t k) {
 __device__ inline int scale_byte(const uint4& head, int i) {
   const uint32_t word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
   return static_cast<int>((word >> (8 * (i % 4))) & 0xFFu);
-}
-
-// The 6-bit scale and min of sub-block j (0..7), as q4_k_element decodes them.
-__device__ inline void q4_k_scale_min(const uint4& head, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = scale_byte(head, j) & 63;
-    *m = scale_byte(head, j + 4) & 63;
-  } else {
-    *sc = (scale_byte(head, j + 4) & 0xF) | ((scale_byte(head, j - 4) >> 6) << 4);
-    *m = (scale_byte(head, j + 4) >> 4) | ((scale_byte(head, j) >> 6) << 4);
-  }
 }
 
 // Row n of y for each of the kT rows of x: the warp's sum of acc, plus the bias.
@@ -131,8 +127,10 @@ __global__ void q4_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
       const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(head[u].x & 0xFFFFu)));
       const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(head[u].x >> 16)));
       int sc_lo, m_lo, sc_hi, m_hi;
-      q4_k_scale_min(head[u], 2 * c, &sc_lo, &m_lo);
-      q4_k_scale_min(head[u], 2 * c + 1, &sc_hi, &m_hi);
+      const uint4 scales = head[u];
+      const auto byte = [scales](int i) { return scale_byte(scales, i); };
+      q4_k_scale_min(byte, 2 * c, &sc_lo, &m_lo);
+      q4_k_scale_min(byte, 2 * c + 1, &sc_hi, &m_hi);
       const int k_lo = b * 256 + c * 64 + 16 * h, sub_lo = b * 8 + 2 * c;  // k_hi = k_lo + 32
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
@@ -259,15 +257,9 @@ void matvec(cudaStream_t s, const GgmlArgs& w, const float* x, const float* bias
 __device__ inline void q4_k_elements8(const uint8_t* block, int i, float (&out)[8]) {
   const float d = load_f16(block), dmin = load_f16(block + 2);
   const uint8_t* s = block + 4;
-  const int c = i / 64, l = i % 32, high = (i % 64) >= 32, j = 2 * c + high;
+  const int c = i / 64, l = i % 32, high = (i % 64) >= 32;
   int sc, m;
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+  q4_k_scale_min([s](int i) { return static_cast<int>(s[i]); }, 2 * c + high, &sc, &m);
   const float dsc = __fmul_rn(d, static_cast<float>(sc)), dm = __fmul_rn(dmin, static_cast<float>(m));
   // 8 code bytes, 8-byte aligned (blocks are 144 bytes from a 16-byte aligned row).
   const uint2 bytes = *reinterpret_cast<const uint2*>(block + 16 + c * 32 + l);
