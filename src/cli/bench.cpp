@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -89,18 +90,21 @@ double median(std::vector<double> v) {
 
 struct Rep {
   double prefill_tokens_per_second, ttft_seconds, decode_tokens_per_second;
-  double bandwidth = 0;  // bytes/s, probed right after this run
+  double bandwidth = 0;  // bytes/s: probed right after this run, or the median of its probes
 };
 
-// One greedy generation of exactly gen_tokens tokens after the prompt.
-Rep run_once(Engine& engine, const std::vector<int32_t>& prompt, int64_t gen_tokens) {
+// One greedy generation of exactly gen_tokens tokens after the prompt. between(n) runs after
+// token n (1 .. gen_tokens - 1), outside the timed steps.
+Rep run_once(Engine& engine, const std::vector<int32_t>& prompt, int64_t gen_tokens,
+             const std::function<void(int64_t)>& between = nullptr) {
   GenerationRequest req;
   req.prompt = prompt;
   req.max_tokens = gen_tokens;
   req.ignore_eos = true;
   req.prefill_chunk = static_cast<int64_t>(prompt.size());
   GenerationStream stream(engine, req);
-  while (stream.next()) {
+  for (int64_t n = 1; stream.next(); ++n) {
+    if (between && n < gen_tokens) between(n);
   }
   const GenerationStats& st = stream.stats();
   HEARTH_CHECK(st.generated_tokens == gen_tokens && st.prefill_seconds > 0 && st.decode_seconds > 0);
@@ -144,10 +148,15 @@ void print_table(const json& j) {
   std::printf("%-10s %12s\n", "ttft", (ttft >= 1 ? fixed(ttft, 3) + " s" : fixed(ttft * 1e3, 2) + " ms").c_str());
   std::printf("%-10s %12s\n", tg.c_str(), (fixed(j["decode_tokens_per_second"].get<double>(), 2) + " tok/s").c_str());
   std::printf("%-10s %12s\n", "peak RSS", format_bytes(j["peak_rss_bytes"].get<uint64_t>()).c_str());
-  std::printf("%-10s %12s  (%s read, %s buffer, best of %d passes after each run)\n", "bandwidth",
+  const int64_t probes = bw.value("probes_per_run", int64_t{1});
+  const std::string when = probes > 1
+                               ? "the median of " + std::to_string(probes) + " probes in each run, each the best of " +
+                                     std::to_string(bw["passes"].get<int>()) + " passes"
+                               : "best of " + std::to_string(bw["passes"].get<int>()) + " passes after each run";
+  std::printf("%-10s %12s  (%s read, %s buffer, %s)\n", "bandwidth",
               (fixed(bw["bytes_per_second"].get<double>() / 1e9, 1) + " GB/s").c_str(),
               bw["isa"].get<std::string>().c_str(), format_bytes(bw["buffer_bytes"].get<uint64_t>()).c_str(),
-              bw["passes"].get<int>());
+              when.c_str());
   std::printf("%-10s %12s  (weights %s + KV %s at mean context %.0f)\n", "bytes/tok",
               decimal_bytes(rf["bytes_per_token"].get<double>()).c_str(),
               decimal_bytes(rf["weight_bytes_per_token"].get<double>()).c_str(),
@@ -161,7 +170,7 @@ void print_table(const json& j) {
 
 int run_bench(const std::vector<std::string>& args) {
   ModelFlags mf;
-  int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 0;
+  int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 0, probe_every = 0;
   bool json_out = false, no_record = false;
   std::string db_path;
   Flags f("bench", "MODEL [flags]",
@@ -178,6 +187,12 @@ int run_bench(const std::vector<std::string>& args) {
   f.add("reps", "Runs to take the median of (default 3).", &reps);
   f.add("bandwidth-mib", "Bandwidth probe buffer in MiB; 0 = max(1 GiB, 4x the last-level cache) (default 0).",
         &bandwidth_mib);
+  f.add("probe-every",
+        "Also probe the bandwidth during each run, every N decoded tokens (and before the run):\n"
+        "the run's bandwidth is then the median of its probes, each the best of 5 passes, so that\n"
+        "on a machine whose bandwidth drifts within seconds a decode is set against its own\n"
+        "seconds. The probes' time is not counted as decode time. 0: only after each run (default 0).",
+        &probe_every);
   f.add("json", "Print one JSON object instead of the table.", &json_out);
   f.add("db", "Evals database (default $XDG_CACHE_HOME/hearth/evals.sqlite, else ~/.cache/hearth/...).", &db_path);
   f.add("no-record", "Do not record the run in the evals database.", &no_record);
@@ -186,6 +201,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (gen_tokens < 2) throw InputError("bench: --gen-tokens must be >= 2 (decode speed needs a second token)");
   if (reps < 1) throw InputError("bench: --reps must be >= 1");
   if (bandwidth_mib < 0) throw InputError("bench: --bandwidth-mib must be >= 0");
+  if (probe_every < 0) throw InputError("bench: --probe-every must be >= 0");
   if (!no_record) {
     if (db_path.empty()) db_path = default_evals_db_path();
     list_bench_runs(db_path, 1);  // an unusable database fails now, not after the run
@@ -215,11 +231,25 @@ int run_bench(const std::vector<std::string>& args) {
   std::vector<Rep> runs;
   size_t peak_rss = 0;
   BandwidthResult bw;
-  for (int64_t r = 0; r < reps; ++r) {
-    runs.push_back(run_once(engine, prompt, gen_tokens));
-    if (r == 0) peak_rss = peak_rss_bytes();  // before the probe's buffer
+  std::vector<double> probes;  // this run's
+  auto probe_now = [&] {
     bw = measure_read_bandwidth(ctx, probe);
-    runs.back().bandwidth = bw.bytes_per_second;
+    probes.push_back(bw.bytes_per_second);
+  };
+  for (int64_t r = 0; r < reps; ++r) {
+    probes.clear();
+    // The first run measures the peak RSS without the probe's buffer: after its prompt (the
+    // prefill's peak) before any probe, and its resident set at the end (the KV cache grown).
+    if (probe_every > 0 && r > 0) probe_now();
+    runs.push_back(run_once(engine, prompt, gen_tokens, [&](int64_t n) {
+      if (probe_every == 0) return;
+      if (r == 0 && n == 1) peak_rss = peak_rss_bytes();
+      if (r == 0 && n == gen_tokens - 1) peak_rss = std::max(peak_rss, current_rss_bytes());
+      if (n % probe_every == 0) probe_now();
+    }));
+    if (r == 0 && probe_every == 0) peak_rss = peak_rss_bytes();  // before the probe's buffer
+    probe_now();
+    runs.back().bandwidth = median(probes);
     std::fprintf(stderr, "bench: run %lld/%lld: pp %.1f tok/s, tg %.2f tok/s, read bandwidth %.1f GB/s\n",
                  static_cast<long long>(r + 1), static_cast<long long>(reps), runs.back().prefill_tokens_per_second,
                  runs.back().decode_tokens_per_second, bw.bytes_per_second / 1e9);
@@ -262,21 +292,16 @@ int run_bench(const std::vector<std::string>& args) {
                 {"n_layers", info.n_layers},
                 {"hidden", info.hidden},
                 {"vocab_size", info.vocab_size}};
-  j["settings"] = {{"threads", pool->size()},
-                   {"prompt_tokens", prompt_tokens},
-                   {"gen_tokens", gen_tokens},
-                   {"reps", reps},
-                   {"prompt_seed", kPromptSeed}};
+  j["settings"] = {{"threads", pool->size()},    {"prompt_tokens", prompt_tokens},
+                   {"gen_tokens", gen_tokens},   {"reps", reps},
+                   {"prompt_seed", kPromptSeed}, {"probe_every", probe_every}};
   j["load_seconds"] = load_seconds;
   j["prefill_tokens_per_second"] = med([](const Rep& r) { return r.prefill_tokens_per_second; });
   j["ttft_seconds"] = med([](const Rep& r) { return r.ttft_seconds; });
   j["decode_tokens_per_second"] = decode;
   j["peak_rss_bytes"] = peak_rss;
-  j["bandwidth"] = {{"bytes_per_second", bandwidth},
-                    {"buffer_bytes", bw.bytes},
-                    {"passes", bw.passes},
-                    {"threads", bw.threads},
-                    {"isa", bw.isa}};
+  j["bandwidth"] = {{"bytes_per_second", bandwidth},   {"buffer_bytes", bw.bytes}, {"passes", bw.passes},
+                    {"probes_per_run", probes.size()}, {"threads", bw.threads},    {"isa", bw.isa}};
   j["roofline"] = {{"weight_bytes_per_token", weights.bytes_per_token},
                    {"kv_bytes_per_token", static_cast<uint64_t>(std::llround(kv_bytes))},
                    {"mean_context", mean_context},

@@ -146,6 +146,36 @@ TEST(cli_bench, TableAndNoRecord) {
   EXPECT_FALSE(fs::exists(tmp.file("e.sqlite")));
 }
 
+// --probe-every 2 over 8 tokens and 2 runs: the first run probes after tokens 2, 4 and 6 and
+// after the run (4); the second also before it (5). Each run's bandwidth is its probes' median,
+// and the peak RSS is still measured (without the probe's buffer).
+TEST(cli_bench, ProbesDuringTheDecode) {
+  const auto model = testing::make_tiny_model_dir();
+  int status = 0;
+  std::string err;
+  const std::string out = testing::run_hearth("bench " + model->path() +
+                                                  " --prompt-tokens 16 --gen-tokens 8 --reps 2 --bandwidth-mib 64"
+                                                  " --probe-every 2 --json --no-record",
+                                              &status, &err);
+  ASSERT_EQ(status, 0) << err;
+  const json j = json::parse(out);
+  EXPECT_EQ(j["settings"]["probe_every"], 2);
+  EXPECT_EQ(j["bandwidth"]["probes_per_run"], 5);
+  expect_positive(j, "peak_rss_bytes");
+  expect_positive(j["bandwidth"], "bytes_per_second");
+  for (const json& r : j["runs"]) expect_positive(r, "decode_fraction");
+  // The same as without probes during the run, give or take: far from the 64 MiB buffer.
+  const std::string plain =
+      testing::run_hearth("bench " + model->path() + kQuick + " --json --no-record", &status, &err);
+  ASSERT_EQ(status, 0) << err;
+  const double without = json::parse(plain)["peak_rss_bytes"].get<double>();
+  EXPECT_LT(std::abs(j["peak_rss_bytes"].get<double>() - without), 16.0 * (1 << 20)) << without;
+
+  const std::string bad =
+      testing::run_hearth("bench " + model->path() + kQuick + " --probe-every -1 --no-record", &status, &err);
+  expect_one_line_error(status, err, "--probe-every must be >= 0");
+}
+
 TEST(cli_bench, DefaultDatabaseIsUnderXdgCacheHome) {
   const auto model = testing::make_tiny_model_dir();
   const testing::TempDir tmp;
