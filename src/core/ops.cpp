@@ -14,14 +14,14 @@ std::array<Backend*, 2>& registry() {
   return backends;
 }
 
+// The checks below build their message only when they fail: ops run hundreds of times a decode
+// step, and formatting shapes for every call showed in its profile.
 [[noreturn]] void fail(const char* op, const std::string& what) { throw InputError(std::string(op) + ": " + what); }
 
-void expect(bool ok, const char* op, const std::string& what) {
-  if (!ok) fail(op, what);
-}
-
 void expect_dtype(const Tensor& t, DType want, const char* op, const char* name) {
-  expect(t.defined(), op, std::string(name) + " is undefined");
+  if (!t.defined()) {
+    fail(op, std::string(name) + " is undefined");
+  }
   if (t.dtype() != want) {
     fail(op, std::string("expected ") + name + " to be " + std::string(dtype_name(want)) + ", got " + t.str());
   }
@@ -35,9 +35,10 @@ void expect_rank(const Tensor& t, int rank, const char* op, const char* name) {
 
 // K and V caches of one float type, the same for both.
 void expect_kv_cache(const ops::KvLayer& cache, const char* op) {
-  expect(cache.k.defined() && cache.v.defined() && is_float(cache.k.dtype()) && cache.v.dtype() == cache.k.dtype(), op,
-         "expected K and V caches of one float type, got " + (cache.k.defined() ? cache.k.str() : "none") + " and " +
-             (cache.v.defined() ? cache.v.str() : "none"));
+  if (!(cache.k.defined() && cache.v.defined() && is_float(cache.k.dtype()) && cache.v.dtype() == cache.k.dtype())) {
+    fail(op, "expected K and V caches of one float type, got " + (cache.k.defined() ? cache.k.str() : "none") +
+                 " and " + (cache.v.defined() ? cache.v.str() : "none"));
+  }
 }
 
 }  // namespace
@@ -87,12 +88,16 @@ Backend& backend_on(Context& ctx, const char* op, std::initializer_list<const Te
 namespace ops {
 
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out) {
-  expect(is_float(table.dtype()) && table.rank() == 2, "embedding", "expected table [V, D] float, got " + table.str());
+  if (!(is_float(table.dtype()) && table.rank() == 2)) {
+    fail("embedding", "expected table [V, D] float, got " + table.str());
+  }
   expect_dtype(ids, DType::kI32, "embedding", "ids");
   expect_rank(ids, 1, "embedding", "ids");
   expect_dtype(out, DType::kF32, "embedding", "out");
-  expect(out.shape() == Shape({ids.dim(0), table.dim(1)}), "embedding",
+  if (!(out.shape() == Shape({ids.dim(0), table.dim(1)}))) {
+    fail("embedding",
          "expected out [" + std::to_string(ids.dim(0)) + ", " + std::to_string(table.dim(1)) + "], got " + out.str());
+  }
   backend_on(ctx, "embedding", {&table, &ids, &out}).embedding(ctx, table, ids, out);
 }
 
@@ -100,18 +105,22 @@ namespace {
 
 void expect_matmul(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
   expect_dtype(x, DType::kF32, "matmul", "x");
-  expect(w.defined() && is_float(w.dtype()), "matmul",
-         "expected float weights, got " + (w.defined() ? w.str() : "none"));
-  expect(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1), "matmul",
-         "expected [T, K] x [N, K], got " + x.shape().str() + " x " + w.shape().str());
+  if (!(w.defined() && is_float(w.dtype()))) {
+    fail("matmul", "expected float weights, got " + (w.defined() ? w.str() : "none"));
+  }
+  if (!(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(1))) {
+    fail("matmul", "expected [T, K] x [N, K], got " + x.shape().str() + " x " + w.shape().str());
+  }
   if (bias.defined()) {
     expect_dtype(bias, DType::kF32, "matmul", "bias");
-    expect(bias.shape() == Shape({w.dim(0)}), "matmul",
-           "expected bias [" + std::to_string(w.dim(0)) + "], got " + bias.str());
+    if (!(bias.shape() == Shape({w.dim(0)}))) {
+      fail("matmul", "expected bias [" + std::to_string(w.dim(0)) + "], got " + bias.str());
+    }
   }
   expect_dtype(y, DType::kF32, "matmul", "y");
-  expect(y.shape() == Shape({x.dim(0), w.dim(0)}), "matmul",
-         "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.dim(0)) + "], got " + y.str());
+  if (!(y.shape() == Shape({x.dim(0), w.dim(0)}))) {
+    fail("matmul", "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.dim(0)) + "], got " + y.str());
+  }
 }
 
 }  // namespace
@@ -124,53 +133,67 @@ void matmul(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 namespace {
 
 void expect_ggml_blocks(const QuantizedMatrix& w, const char* op) {
-  expect(ggml_is_block_quantized(w.ggml_type), op,
-         "ggml type " + std::string(ggml_type_name(w.ggml_type)) + " has no kernels (Q8_0, Q4_0, Q4_K, Q6_K do)");
+  if (!(ggml_is_block_quantized(w.ggml_type))) {
+    fail(op, "ggml type " + std::string(ggml_type_name(w.ggml_type)) + " has no kernels (Q8_0, Q4_0, Q4_K, Q6_K do)");
+  }
   const int64_t block = ggml_type_info(w.ggml_type).block_size;
-  expect(w.rows >= 0 && w.cols >= 0 && w.cols % block == 0, op,
-         std::string(ggml_type_name(w.ggml_type)) + " rows need a multiple of " + std::to_string(block) +
-             " columns, got " + std::to_string(w.cols));
+  if (!(w.rows >= 0 && w.cols >= 0 && w.cols % block == 0)) {
+    fail(op, std::string(ggml_type_name(w.ggml_type)) + " rows need a multiple of " + std::to_string(block) +
+                 " columns, got " + std::to_string(w.cols));
+  }
   const Shape want({w.rows, static_cast<int64_t>(row_bytes(w.ggml_type, w.cols))});
-  expect(w.packed.dtype() == DType::kU8 && w.packed.shape() == want, op,
-         "expected " + w.str() + " blocks u8" + want.str() + ", got " + w.packed.str());
-  expect(!w.scales.defined() && !w.biases.defined(), op, "ggml blocks carry their own scales");
+  if (!(w.packed.dtype() == DType::kU8 && w.packed.shape() == want)) {
+    fail(op, "expected " + w.str() + " blocks u8" + want.str() + ", got " + w.packed.str());
+  }
+  if (!(!w.scales.defined() && !w.biases.defined())) {
+    fail(op, "ggml blocks carry their own scales");
+  }
 }
 
 void expect_quantized(const QuantizedMatrix& w, const char* op) {
-  expect(w.defined(), op, "the quantized matrix is undefined");
+  if (!w.defined()) {
+    fail(op, "the quantized matrix is undefined");
+  }
   if (w.is_ggml()) return expect_ggml_blocks(w, op);
   check_quant_spec(w.spec);
   const int64_t words = w.cols * w.spec.bits / 32, groups = w.cols / w.spec.group_size;
-  expect(w.cols % w.spec.group_size == 0 && w.cols * w.spec.bits % 32 == 0, op,
-         "columns " + std::to_string(w.cols) + " do not fit groups of " + std::to_string(w.spec.group_size));
+  if (!(w.cols % w.spec.group_size == 0 && w.cols * w.spec.bits % 32 == 0)) {
+    fail(op, "columns " + std::to_string(w.cols) + " do not fit groups of " + std::to_string(w.spec.group_size));
+  }
   const bool panels = w.layout == AffineLayout::kPanels16;
   const int64_t P = (w.rows + 15) / 16;
   const Shape packed = panels ? Shape({P, w.cols * w.spec.bits / 8 * 16}) : Shape({w.rows, words});
   const Shape params = panels ? Shape({P, groups, 16}) : Shape({w.rows, groups});
   const DType code_type = panels ? DType::kU8 : DType::kU32;
-  expect(w.packed.dtype() == code_type && w.packed.shape() == packed, op,
-         "expected packed " + packed.str() + " " + std::string(dtype_name(code_type)) + ", got " + w.packed.str());
+  if (!(w.packed.dtype() == code_type && w.packed.shape() == packed)) {
+    fail(op, "expected packed " + packed.str() + " " + std::string(dtype_name(code_type)) + ", got " + w.packed.str());
+  }
   for (const Tensor* t : {&w.scales, &w.biases}) {
     if (t == &w.biases && w.symmetric()) continue;
-    expect(t->defined() && is_float(t->dtype()) && t->dtype() == w.scales.dtype() && t->shape() == params, op,
-           "expected scales and biases " + params.str() + " of one float dtype, got " +
-               (t->defined() ? t->str() : "none"));
+    if (!(t->defined() && is_float(t->dtype()) && t->dtype() == w.scales.dtype() && t->shape() == params)) {
+      fail(op, "expected scales and biases " + params.str() + " of one float dtype, got " +
+                   (t->defined() ? t->str() : "none"));
+    }
   }
 }
 
 void expect_quantized_matmul(const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, const Tensor& y) {
   expect_dtype(x, DType::kF32, "quantized_matmul", "x");
   expect_quantized(w, "quantized_matmul");
-  expect(x.rank() == 2 && x.dim(1) == w.cols, "quantized_matmul",
-         "expected x [T, " + std::to_string(w.cols) + "], got " + x.str());
+  if (!(x.rank() == 2 && x.dim(1) == w.cols)) {
+    fail("quantized_matmul", "expected x [T, " + std::to_string(w.cols) + "], got " + x.str());
+  }
   if (bias.defined()) {
     expect_dtype(bias, DType::kF32, "quantized_matmul", "bias");
-    expect(bias.shape() == Shape({w.rows}), "quantized_matmul",
-           "expected bias [" + std::to_string(w.rows) + "], got " + bias.str());
+    if (!(bias.shape() == Shape({w.rows}))) {
+      fail("quantized_matmul", "expected bias [" + std::to_string(w.rows) + "], got " + bias.str());
+    }
   }
   expect_dtype(y, DType::kF32, "quantized_matmul", "y");
-  expect(y.shape() == Shape({x.dim(0), w.rows}), "quantized_matmul",
+  if (!(y.shape() == Shape({x.dim(0), w.rows}))) {
+    fail("quantized_matmul",
          "expected y [" + std::to_string(x.dim(0)) + ", " + std::to_string(w.rows) + "], got " + y.str());
+  }
 }
 
 }  // namespace
@@ -187,7 +210,9 @@ namespace {
 // matmul, on ctx's device.
 void expect_parts(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts, const char* op) {
   for (const MatmulPart& p : parts) {
-    expect((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr, op, "a part lacks a tensor");
+    if (!((p.w != nullptr || p.qw != nullptr) && p.bias != nullptr && p.y != nullptr)) {
+      fail(op, "a part lacks a tensor");
+    }
     if (p.qw != nullptr) {
       expect_quantized_matmul(x, *p.qw, *p.bias, *p.y);
       backend_on(ctx, op, {&p.qw->packed, &p.qw->scales, &p.qw->biases, p.bias, p.y});
@@ -209,10 +234,14 @@ void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, floa
                        std::span<const MatmulPart> parts) {
   expect_dtype(x, DType::kF32, "norm_matmul_group", "x");
   expect_dtype(norm_w, DType::kF32, "norm_matmul_group", "norm_w");
-  expect(x.rank() == 2 && norm_w.shape() == Shape({x.dim(1)}), "norm_matmul_group",
-         "expected x [T, K] and norm_w [K]; got " + x.str() + ", " + norm_w.str());
+  if (!(x.rank() == 2 && norm_w.shape() == Shape({x.dim(1)}))) {
+    fail("norm_matmul_group", "expected x [T, K] and norm_w [K]; got " + x.str() + ", " + norm_w.str());
+  }
   expect_parts(ctx, x, parts, "norm_matmul_group");
-  for (const MatmulPart& p : parts) expect(p.y->raw() != x.raw(), "norm_matmul_group", "a part's output is x");
+  for (const MatmulPart& p : parts)
+    if (!(p.y->raw() != x.raw())) {
+      fail("norm_matmul_group", "a part's output is x");
+    }
   backend_on(ctx, "norm_matmul_group", {&x, &norm_w}).norm_matmul_group(ctx, x, norm_w, eps, parts);
 }
 
@@ -221,13 +250,17 @@ void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tenso
   expect_dtype(ids, DType::kI32, "quantized_embedding", "ids");
   expect_rank(ids, 1, "quantized_embedding", "ids");
   expect_dtype(out, DType::kF32, "quantized_embedding", "out");
-  expect(out.shape() == Shape({ids.dim(0), table.cols}), "quantized_embedding",
+  if (!(out.shape() == Shape({ids.dim(0), table.cols}))) {
+    fail("quantized_embedding",
          "expected out [" + std::to_string(ids.dim(0)) + ", " + std::to_string(table.cols) + "], got " + out.str());
+  }
   // Ids on another device are the backend's to check.
   for (int64_t i = 0; ids.device().type == DeviceType::kCpu && i < ids.dim(0); ++i) {
     const int32_t id = ids.data<int32_t>()[i];
-    expect(id >= 0 && id < table.rows, "quantized_embedding",
+    if (!(id >= 0 && id < table.rows)) {
+      fail("quantized_embedding",
            "token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(table.rows));
+    }
   }
   backend_on(ctx, "quantized_embedding", {&table.packed, &table.scales, &table.biases, &ids, &out})
       .quantized_embedding(ctx, table, ids, out);
@@ -237,8 +270,9 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& w, float eps, Tensor&
   expect_dtype(x, DType::kF32, "rms_norm", "x");
   expect_dtype(w, DType::kF32, "rms_norm", "w");
   expect_dtype(y, DType::kF32, "rms_norm", "y");
-  expect(x.rank() >= 1 && w.shape() == Shape({x.dim(-1)}) && y.shape() == x.shape(), "rms_norm",
-         "expected x [*, D], w [D], y like x; got " + x.str() + ", " + w.str() + ", " + y.str());
+  if (!(x.rank() >= 1 && w.shape() == Shape({x.dim(-1)}) && y.shape() == x.shape())) {
+    fail("rms_norm", "expected x [*, D], w [D], y like x; got " + x.str() + ", " + w.str() + ", " + y.str());
+  }
   backend_on(ctx, "rms_norm", {&x, &w, &y}).rms_norm(ctx, x, w, eps, y);
 }
 
@@ -249,10 +283,12 @@ void expect_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_fre
   expect_rank(x, 3, "rope", "x");
   expect_dtype(positions, DType::kI32, "rope", "positions");
   expect_dtype(inv_freq, DType::kF32, "rope", "inv_freq");
-  expect(positions.shape() == Shape({x.dim(0)}), "rope",
-         "expected positions [T], got " + positions.str() + " for x " + x.str());
-  expect(inv_freq.rank() == 1 && 2 * inv_freq.dim(0) <= x.dim(2), "rope",
-         "rotary dims " + std::to_string(2 * inv_freq.dim(0)) + " exceed head dim of " + x.str());
+  if (!(positions.shape() == Shape({x.dim(0)}))) {
+    fail("rope", "expected positions [T], got " + positions.str() + " for x " + x.str());
+  }
+  if (!(inv_freq.rank() == 1 && 2 * inv_freq.dim(0) <= x.dim(2))) {
+    fail("rope", "rotary dims " + std::to_string(2 * inv_freq.dim(0)) + " exceed head dim of " + x.str());
+  }
 }
 
 void expect_kv_write(const Tensor& k, const Tensor& v, const Tensor& slots, const KvLayer& cache) {
@@ -260,11 +296,11 @@ void expect_kv_write(const Tensor& k, const Tensor& v, const Tensor& slots, cons
   expect_dtype(v, DType::kF32, "kv_write", "v");
   expect_dtype(slots, DType::kI32, "kv_write", "slots");
   expect_kv_cache(cache, "kv_write");
-  expect(k.rank() == 3 && k.shape() == v.shape() && cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() &&
-             k.dim(1) == cache.k.dim(2) && k.dim(2) == cache.k.dim(3) && slots.shape() == Shape({k.dim(0)}),
-         "kv_write",
-         "expected k, v [T, Hkv, Dh], slots [T], cache [B, bs, Hkv, Dh]; got " + k.str() + ", " + v.str() + ", " +
-             slots.str() + ", " + cache.k.str());
+  if (!(k.rank() == 3 && k.shape() == v.shape() && cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() &&
+        k.dim(1) == cache.k.dim(2) && k.dim(2) == cache.k.dim(3) && slots.shape() == Shape({k.dim(0)}))) {
+    fail("kv_write", "expected k, v [T, Hkv, Dh], slots [T], cache [B, bs, Hkv, Dh]; got " + k.str() + ", " + v.str() +
+                         ", " + slots.str() + ", " + cache.k.str());
+  }
 }
 
 }  // namespace
@@ -284,8 +320,9 @@ void rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Te
   expect_rope(q, positions, inv_freq);
   expect_rope(k, positions, inv_freq);
   expect_kv_write(k, v, slots, cache);
-  expect(q.dim(0) == k.dim(0) && q.dim(2) == k.dim(2), "rope_kv_write",
-         "q " + q.str() + " and k " + k.str() + " differ in rows or head dim");
+  if (!(q.dim(0) == k.dim(0) && q.dim(2) == k.dim(2))) {
+    fail("rope_kv_write", "q " + q.str() + " and k " + k.str() + " differ in rows or head dim");
+  }
   backend_on(ctx, "rope_kv_write", {&q, &k, &v, &positions, &inv_freq, &slots, &cache.k, &cache.v})
       .rope_kv_write(ctx, q, k, v, positions, inv_freq, attention_factor, slots, cache);
 }
@@ -296,17 +333,21 @@ void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const Attent
   expect_dtype(out, DType::kF32, "attention", "out");
   expect_rank(q, 3, "attention", "q");
   expect_kv_cache(cache, "attention");
-  expect(out.shape() == q.shape(), "attention", "expected out like q " + q.str() + ", got " + out.str());
-  expect(cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() && cache.k.dim(3) == q.dim(2) &&
-             q.dim(1) % cache.k.dim(2) == 0,
-         "attention", "q " + q.str() + " does not fit cache " + cache.k.str() + " (GQA needs Hq % Hkv == 0)");
+  if (!(out.shape() == q.shape())) {
+    fail("attention", "expected out like q " + q.str() + ", got " + out.str());
+  }
+  if (!(cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() && cache.k.dim(3) == q.dim(2) &&
+        q.dim(1) % cache.k.dim(2) == 0)) {
+    fail("attention", "q " + q.str() + " does not fit cache " + cache.k.str() + " (GQA needs Hq % Hkv == 0)");
+  }
   expect_dtype(batch.seq_starts, DType::kI32, "attention", "seq_starts");
   expect_dtype(batch.context_lens, DType::kI32, "attention", "context_lens");
   expect_dtype(batch.block_tables, DType::kI32, "attention", "block_tables");
   const int64_t n_seqs = batch.context_lens.dim(0);
-  expect(batch.seq_starts.shape() == Shape({n_seqs + 1}) && batch.block_tables.rank() == 2 &&
-             batch.block_tables.dim(0) == n_seqs,
-         "attention", "batch metadata shapes disagree");
+  if (!(batch.seq_starts.shape() == Shape({n_seqs + 1}) && batch.block_tables.rank() == 2 &&
+        batch.block_tables.dim(0) == n_seqs)) {
+    fail("attention", "batch metadata shapes disagree");
+  }
   backend_on(ctx, "attention",
              {&q, &cache.k, &cache.v, &batch.seq_starts, &batch.context_lens, &batch.block_tables, &out})
       .attention(ctx, q, cache, batch, scale, window, out);
@@ -316,15 +357,18 @@ void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {
   expect_dtype(gate, DType::kF32, "silu_mul", "gate");
   expect_dtype(up, DType::kF32, "silu_mul", "up");
   expect_dtype(out, DType::kF32, "silu_mul", "out");
-  expect(gate.shape() == up.shape() && out.shape() == gate.shape(), "silu_mul",
-         "expected equal shapes, got " + gate.str() + ", " + up.str() + ", " + out.str());
+  if (!(gate.shape() == up.shape() && out.shape() == gate.shape())) {
+    fail("silu_mul", "expected equal shapes, got " + gate.str() + ", " + up.str() + ", " + out.str());
+  }
   backend_on(ctx, "silu_mul", {&gate, &up, &out}).silu_mul(ctx, gate, up, out);
 }
 
 void add(Context& ctx, Tensor& a, const Tensor& b) {
   expect_dtype(a, DType::kF32, "add", "a");
   expect_dtype(b, DType::kF32, "add", "b");
-  expect(a.shape() == b.shape(), "add", "expected equal shapes, got " + a.str() + " and " + b.str());
+  if (!(a.shape() == b.shape())) {
+    fail("add", "expected equal shapes, got " + a.str() + " and " + b.str());
+  }
   backend_on(ctx, "add", {&a, &b}).add(ctx, a, b);
 }
 
@@ -332,7 +376,9 @@ void argmax(Context& ctx, const Tensor& x, Tensor& ids) {
   expect_dtype(x, DType::kF32, "argmax", "x");
   expect_rank(x, 2, "argmax", "x");
   expect_dtype(ids, DType::kI32, "argmax", "ids");
-  expect(ids.shape() == Shape({x.dim(0)}) && x.dim(1) > 0, "argmax", "expected ids [R] for x " + x.str());
+  if (!(ids.shape() == Shape({x.dim(0)}) && x.dim(1) > 0)) {
+    fail("argmax", "expected ids [R] for x " + x.str());
+  }
   backend_on(ctx, "argmax", {&x, &ids}).argmax(ctx, x, ids);
 }
 
@@ -348,11 +394,15 @@ void sample(Context& ctx, const Tensor& logits, const Tensor& rows, Tensor& ids)
   expect_dtype(rows, DType::kI32, "sample", "rows");
   expect_dtype(ids, DType::kI32, "sample", "ids");
   const int64_t R = logits.dim(0);
-  expect(logits.dim(1) > 0 && logits.dim(1) <= std::numeric_limits<int32_t>::max(), "sample",
-         "expected a vocabulary of 1..2^31-1, got " + logits.str());
-  expect(rows.shape() == Shape({R, int64_t{sizeof(SampleRow) / 4}}), "sample",
-         "expected rows [R, 6] for logits " + logits.str() + ", got " + rows.str());
-  expect(ids.shape() == Shape({R}), "sample", "expected ids [R] for logits " + logits.str());
+  if (!(logits.dim(1) > 0 && logits.dim(1) <= std::numeric_limits<int32_t>::max())) {
+    fail("sample", "expected a vocabulary of 1..2^31-1, got " + logits.str());
+  }
+  if (!(rows.shape() == Shape({R, int64_t{sizeof(SampleRow) / 4}}))) {
+    fail("sample", "expected rows [R, 6] for logits " + logits.str() + ", got " + rows.str());
+  }
+  if (!(ids.shape() == Shape({R}))) {
+    fail("sample", "expected ids [R] for logits " + logits.str());
+  }
   backend_on(ctx, "sample", {&logits, &rows, &ids}).sample(ctx, logits, rows, ids);
 }
 
