@@ -188,10 +188,9 @@ int run_bench(const std::vector<std::string>& args) {
   f.add("bandwidth-mib", "Bandwidth probe buffer in MiB; 0 = max(1 GiB, 4x the last-level cache) (default 0).",
         &bandwidth_mib);
   f.add("probe-every",
-        "Also probe the bandwidth during each run, every N decoded tokens (and before the run):\n"
-        "the run's bandwidth is then the median of its probes, each the best of 5 passes, so that\n"
-        "on a machine whose bandwidth drifts within seconds a decode is set against its own\n"
-        "seconds. The probes' time is not counted as decode time. 0: only after each run (default 0).",
+        "Also probe the bandwidth before each run and every N decoded tokens (not timed as decode); "
+        "the run's bandwidth is then the median of its probes, for machines whose bandwidth drifts "
+        "within seconds. 0: only after each run (default 0).",
         &probe_every);
   f.add("json", "Print one JSON object instead of the table.", &json_out);
   f.add("db", "Evals database (default $XDG_CACHE_HOME/hearth/evals.sqlite, else ~/.cache/hearth/...).", &db_path);
