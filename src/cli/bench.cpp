@@ -251,7 +251,7 @@ int run_bench(const std::vector<std::string>& args) {
     runs.back().bandwidth = median(probes);
     std::fprintf(stderr, "bench: run %lld/%lld: pp %.1f tok/s, tg %.2f tok/s, read bandwidth %.1f GB/s\n",
                  static_cast<long long>(r + 1), static_cast<long long>(reps), runs.back().prefill_tokens_per_second,
-                 runs.back().decode_tokens_per_second, bw.bytes_per_second / 1e9);
+                 runs.back().decode_tokens_per_second, runs.back().bandwidth / 1e9);
   }
   auto med = [&](auto field) {
     std::vector<double> v;
