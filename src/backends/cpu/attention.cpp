@@ -18,7 +18,7 @@
 namespace hearth::cpu {
 namespace {
 
-constexpr int64_t kPrefetchRows = 4;  // K/V rows fetched ahead of the one in use
+constexpr int64_t kPrefetchRows = 8;  // K/V rows fetched ahead of the one in use (into L2)
 constexpr int64_t kTileRows = 16;     // prefill query rows that share each K/V row read
 
 // out += p * v over Dh; v of the cache's element type KT.
@@ -117,10 +117,12 @@ struct RowHead {
       const Elem* row = static_cast<const Elem*>(cache) + slot * stride + kv_head * a.Dh;
       for (; j < end; ++j, row += stride) {
         // Rows of one head are Hkv * Dh elements apart (2-4 KiB for 8 heads of 128): too far
-        // apart for the hardware prefetchers, so the rows a few positions on are fetched by hand.
+        // apart for the hardware prefetchers, so the rows a few positions on are fetched by hand,
+        // into L2 (T1): L1's few miss buffers capped the stream (4 rows into L1: 9-11 GB/s of
+        // K and V on the 2-core EPYC; 8 rows into L2: 11-13; cpu_attention_bench).
         if (j + kPrefetchRows < end) {
           const char* ahead = reinterpret_cast<const char*>(row + kPrefetchRows * stride);
-          for (int64_t byte = 0; byte < row_bytes; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T0);
+          for (int64_t byte = 0; byte < row_bytes; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T1);
         }
         visit(j, row);
       }
