@@ -68,6 +68,24 @@ std::string affine_name(int bits, int gs, DType scale_type, bool symmetric) {
          (symmetric ? " symmetric" : "");
 }
 
+// A random [N, K] matrix quantized to bits / gs with scale_type scales and biases, or without
+// biases (symmetric codes, as GGUF Q4_0/Q8_0 load).
+QuantizedMatrix random_affine(std::mt19937& rng, int64_t N, int64_t K, int bits, int gs, DType scale_type,
+                              bool symmetric) {
+  const std::vector<float> wf = random_floats(rng, size_t(N * K));
+  QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), QuantSpec{bits, gs}, scale_type);
+  if (symmetric) q.biases = Tensor();
+  return q;
+}
+
+// x [T, K] . q^T + bias by the CPU's scalar kernel.
+std::vector<float> scalar_affine(const std::vector<float>& x, int64_t T, const QuantizedMatrix& q,
+                                 const std::vector<float>& bias) {
+  std::vector<float> y(size_t(T * q.rows));
+  cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, affine_args(q), bias.data(), y.data());
+  return y;
+}
+
 // Every width (2-8 bits), group size and scale type, with and without biases (symmetric codes,
 // as GGUF Q4_0/Q8_0 load). Decode sizes of 4 and 8 bits take the integer kernels, x rounded to
 // int8 per group; other widths the per-element f32 kernel; T > 8 a bf16 GEMM.
@@ -81,13 +99,10 @@ TEST(CudaOps, QuantizedMatmulMatchesTheScalarReference) {
       for (DType scale_type : {DType::kBF16, DType::kF16, DType::kF32}) {
         for (bool symmetric : {false, true}) {
           const int64_t N = std::array<int64_t, 3>{1, 17, 300}[size_t(bits % 3)];
-          const std::vector<float> wf = random_floats(rng, size_t(N * K));
-          QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), QuantSpec{bits, gs}, scale_type);
-          if (symmetric) q.biases = Tensor();
+          const QuantizedMatrix q = random_affine(rng, N, K, bits, gs, scale_type, symmetric);
           for (int64_t T : {1, 5, 6, 7, 8, 9, 33}) {
             const std::vector<float> x = random_floats(rng, size_t(T * K)), bias = random_floats(rng, size_t(N));
-            std::vector<float> want(size_t(T * N));
-            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), T, affine_args(q), bias.data(), want.data());
+            const std::vector<float> want = scalar_affine(x, T, q, bias);
             Tensor y = Tensor::empty({T, N}, DType::kF32, kGpu);
             ops::quantized_matmul(ctx, on_gpu({T, K}, x), on_gpu(q), on_gpu({N}, bias), y);
             expect_within_affine_bound(q, x, T, to_host<float>(y), want, T <= 8 && (bits == 4 || bits == 8),
@@ -112,13 +127,10 @@ TEST(CudaOps, QuantizedMatvecTakesLongAndManyRows) {
   for (const Shape& shape : {Shape{5000, 1024, 1, 64}, Shape{40, 14336, 3, 64}, Shape{33, 8192, 8, 128},
                              Shape{130, 2048, 5, 32}, Shape{50, 96, 1, 32}, Shape{20, 64, 3, 64}}) {
     for (int bits : {4, 8}) {
-      const std::vector<float> wf = random_floats(rng, size_t(shape.N * shape.K));
-      const QuantizedMatrix q =
-          affine_quantize(Tensor::from_f32({shape.N, shape.K}, wf.data()), QuantSpec{bits, shape.gs}, DType::kBF16);
+      const QuantizedMatrix q = random_affine(rng, shape.N, shape.K, bits, shape.gs, DType::kBF16, false);
       const std::vector<float> x = random_floats(rng, size_t(shape.T * shape.K)),
                                bias = random_floats(rng, size_t(shape.N));
-      std::vector<float> want(size_t(shape.T * shape.N));
-      cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), shape.T, affine_args(q), bias.data(), want.data());
+      const std::vector<float> want = scalar_affine(x, shape.T, q, bias);
       Tensor y = Tensor::empty({shape.T, shape.N}, DType::kF32, kGpu);
       ops::quantized_matmul(ctx, on_gpu({shape.T, shape.K}, x), on_gpu(q), on_gpu({shape.N}, bias), y);
       expect_within_affine_bound(q, x, shape.T, to_host<float>(y), want, true, 0.0,
@@ -145,14 +157,10 @@ TEST(CudaOps, QuantizedTensorCoreGemmMatchesTheScalarReference) {
           std::vector<Shape3> shapes = {{9, 200, 512}, {32, 70, 1024}};
           if (gs == 64 && scale_type == DType::kBF16 && !symmetric) shapes.push_back({130, 385, 1024});
           for (const Shape3& sh : shapes) {
-            const std::vector<float> wf = random_floats(rng, size_t(sh.N * sh.K));
-            QuantizedMatrix q =
-                affine_quantize(Tensor::from_f32({sh.N, sh.K}, wf.data()), QuantSpec{bits, gs}, scale_type);
-            if (symmetric) q.biases = Tensor();
+            const QuantizedMatrix q = random_affine(rng, sh.N, sh.K, bits, gs, scale_type, symmetric);
             const std::vector<float> x = random_floats(rng, size_t(sh.T * sh.K)),
                                      bias = random_floats(rng, size_t(sh.N));
-            std::vector<float> want(size_t(sh.T * sh.N));
-            cpu::affine_matmul(Isa::kScalar, nullptr, x.data(), sh.T, affine_args(q), bias.data(), want.data());
+            const std::vector<float> want = scalar_affine(x, sh.T, q, bias);
             const QuantizedMatrix qg = on_gpu(q);
             for (const char* tiled : {"1", "0"}) {
               KnobOverride knob("HEARTH_CUDA_QUANT_GEMM", tiled);
