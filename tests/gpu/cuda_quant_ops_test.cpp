@@ -139,6 +139,35 @@ TEST(CudaOps, QuantizedMatvecTakesLongAndManyRows) {
   }
 }
 
+// One row of x through rows of one round of 32 to 128 loads, more rows than any GPU holds warps
+// at once (132 SMs x 64): the kernel whose lanes share each round's scales and biases by shuffle.
+// A full round (K = 1024 in 8 bits: 64 loads) and one partly past the end (K = 3072 in 4 bits: 96
+// loads); 1, 2 and 4 loads per group (8 bits in groups of 128 take the other kernel); bf16 and
+// f16 parameters, with and without biases.
+TEST(CudaOps, QuantizedMatvecSharesEachRoundsParameters) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  Context ctx = gpu_ctx();
+  const int64_t N = 9000;
+  for (int64_t K : {1024, 3072}) {
+    for (int bits : {4, 8}) {
+      for (int gs : {32, 64, 128}) {
+        for (DType scale_type : {DType::kBF16, DType::kF16}) {
+          for (bool symmetric : {false, true}) {
+            const QuantizedMatrix q = random_affine(rng, N, K, bits, gs, scale_type, symmetric);
+            const std::vector<float> x = random_floats(rng, size_t(K)), bias = random_floats(rng, size_t(N));
+            const std::vector<float> want = scalar_affine(x, 1, q, bias);
+            Tensor y = Tensor::empty({1, N}, DType::kF32, kGpu);
+            ops::quantized_matmul(ctx, on_gpu({1, K}, x), on_gpu(q), on_gpu({N}, bias), y);
+            expect_within_affine_bound(q, x, 1, to_host<float>(y), want, true, 0.0,
+                                       affine_name(bits, gs, scale_type, symmetric) + " K " + std::to_string(K));
+          }
+        }
+      }
+    }
+  }
+}
+
 // 9 to 32 rows of 4 and 8 bits through the tensor-core kernel that dequantizes in registers
 // (tiles of 32 x 32, K in steps of 64: several tiles and steps, partial tiles on both sides), and
 // through the dequantized copy for cuBLAS (HEARTH_CUDA_QUANT_GEMM=0, and longer prompts): all
