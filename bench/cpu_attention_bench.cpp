@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -22,7 +23,12 @@ using namespace hearth;
 Tensor filled(const Shape& shape, DType dtype, float value) {
   Tensor host = Tensor::empty(shape, DType::kF32);
   for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = value * static_cast<float>((i * 7919) % 97) / 97.0f;
-  return host.to(dtype);
+  // Copied into a zeroed tensor: large ones are mapped on huge pages where the system allows
+  // them, as the engine's KV cache is (Tensor::zeros); a plain allocation is on 4 KiB pages.
+  const Tensor converted = host.to(dtype);
+  Tensor out = Tensor::zeros(shape, dtype);
+  std::memcpy(out.raw(), converted.raw(), converted.nbytes());
+  return out;
 }
 
 double median(std::vector<double> v) {

@@ -664,6 +664,17 @@ TEST(ops_kernel, AttentionLongContext) {
   }
 }
 
+// Decode rows split into spans of positions on AVX-512 (one span per thread where the context
+// has room), merged afterwards: two rows of 1500 and 900 keys (Dh 128, query heads in pairs);
+// one row of 2000 keys under a window of 1000 in blocks of 3 (spans start mid-block, Dh 64, one
+// query head per KV head); a row in a batch with prefill rows.
+TEST(ops_kernel, AttentionDecodeSpans) {
+  std::mt19937 rng(15);
+  expect_simd_matches_scalar({4, 2, 128, 16, 0, {1, 1}, {1500, 900}, DType::kF16}, rng);
+  expect_simd_matches_scalar({3, 3, 64, 3, 1000, {1}, {2000}, DType::kBF16}, rng);
+  expect_simd_matches_scalar({8, 2, 128, 16, 0, {7, 1, 20}, {0, 777, 300}, DType::kF32}, rng);
+}
+
 // Prefill long enough for full 16-row tiles and several 16-key blocks per row, fresh and chunked
 // (rows starting mid-block), with windows shorter than a block and longer than one.
 TEST(ops_kernel, AttentionLongPrefill) {
