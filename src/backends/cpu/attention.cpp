@@ -6,8 +6,8 @@
 // On AVX-512 with head dims 64 and 128, a decode row's positions split into spans (one per
 // thread where the context allows), each walked block by block in memory order for every head
 // and merged afterwards (run_span, merge_spans); prefill rows run in tiles of 16 rows of one
-// sequence that share each block of 16 K/V rows, widened to f32 once (run_tile), and a lone row
-// left over from a tile with q and the output in registers (run_in_registers).
+// sequence that share each block of 16 K/V rows, widened to f32 once (run_tile), a lone row
+// left over from the tiles as a decode row.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -132,79 +132,11 @@ struct RowHead {
     }
   }
 
-  // AVX-512 with Dh = 16 * kD, for kG query heads h0 .. h0 + kG that share a KV head (GQA):
-  // each K and V row is loaded once for all of them; q and the output rows stay in registers
-  // across the keys. A key's dot is left as 16 partial sums until 16 keys have them; then one
-  // transposing tree (sum16) turns the 16 vectors into the 16 scores, where a horizontal sum per
-  // key cost as much as the dot. scores: [kG, n].
-  // Flattened: for_each_row, which has no target of its own, can only inline the AVX-512
-  // visitors once it is itself inlined here; without that the outputs live on the stack.
-  template <int kD, int kG>
-  HEARTH_AVX512 __attribute__((flatten)) void run_in_registers(int64_t t, int64_t seq, int64_t h0, int64_t lo,
-                                                               int64_t c, int64_t kv_head) const {
-    __m512 qv[kG][kD];
-    for (int g = 0; g < kG; ++g) {
-      for (int i = 0; i < kD; ++i) qv[g][i] = _mm512_loadu_ps(a.q + (t * a.Hq + h0 + g) * a.Dh + 16 * i);
-    }
-    const int64_t n = c - lo + 1;
-    __m512 partial[kG][16];
-    __m512 mx[kG];
-    for (int g = 0; g < kG; ++g) mx[g] = _mm512_set1_ps(-INFINITY);
-    // Scores of keys lo + first .. lo + first + count from the pending partial sums.
-    auto flush = [&](int64_t first, int count) HEARTH_AVX512 {
-      const __mmask16 m = simd::tail_mask16(count);
-      for (int g = 0; g < kG; ++g) {
-        const __m512 sc = _mm512_mul_ps(sum16(partial[g]), _mm512_set1_ps(a.scale));
-        _mm512_mask_storeu_ps(scores.data() + g * n + first, m, sc);
-        mx[g] = _mm512_mask_max_ps(mx[g], m, mx[g], sc);
-      }
-    };
-    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* k) HEARTH_AVX512 {
-      __m512 kr[kD];
-      for (int i = 0; i < kD; ++i) kr[i] = simd::load16<KT>(k, 16 * i, 0xffff);
-      const int slot = static_cast<int>((j - lo) % 16);
-      for (int g = 0; g < kG; ++g) {
-        __m512 acc = _mm512_mul_ps(qv[g][0], kr[0]);
-        for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[g][i], kr[i], acc);
-        partial[g][slot] = acc;
-      }
-      if (slot == 15) flush(j - lo - 15, 16);
-    });
-    if (const int rest = static_cast<int>(n % 16); rest != 0) {
-      for (int g = 0; g < kG; ++g) {
-        for (int i = rest; i < 16; ++i) partial[g][i] = _mm512_setzero_ps();
-      }
-      flush(n - rest, rest);
-    }
-    float inv[kG];
-    for (int g = 0; g < kG; ++g) inv[g] = 1.0f / exp_sum_avx512(scores.data() + g * n, n, _mm512_reduce_max_ps(mx[g]));
-    // The outputs live only from here: zeroed before the K pass they would share the registers
-    // with q, and the V pass would keep them on the stack.
-    __m512 o[kG][kD];
-    for (int g = 0; g < kG; ++g) {
-      for (int i = 0; i < kD; ++i) o[g][i] = _mm512_setzero_ps();
-    }
-    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* v) HEARTH_AVX512 {
-      __m512 p[kG];
-#pragma GCC unroll 8
-      for (int g = 0; g < kG; ++g) p[g] = _mm512_set1_ps(scores[static_cast<size_t>(g * n + j - lo)] * inv[g]);
-#pragma GCC unroll 16
-      for (int i = 0; i < kD; ++i) {
-        const __m512 vr = simd::load16<KT>(v, 16 * i, 0xffff);
-#pragma GCC unroll 8
-        for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[g], vr, o[g][i]);
-      }
-    });
-    for (int g = 0; g < kG; ++g) {
-      for (int i = 0; i < kD; ++i) _mm512_storeu_ps(a.out + (t * a.Hq + h0 + g) * a.Dh + 16 * i, o[g][i]);
-    }
-  }
-
   // Prefill tiles on AVX-512 with Dh = 16 * kD: `rows` consecutive query rows t0 .. of one
   // sequence (cache indices c0, c0 + 1, ...) and the kG query heads h0 .. of one KV head. Keys go
   // 16 at a time: their K (then V) rows are widened into scratch.rows once and serve every row
   // and head of the tile, where the per-row kernel reads and widens each of them once per
-  // query row. Scores come from the 16 partial dots through sum16, as in run_in_registers; each
+  // query row. Scores come from the 16 partial dots through sum16, as in run_span; each
   // row keeps only its own keys [lo_r, c_r] (causal, window), so its scores, softmax and sums
   // are those of the per-row kernel.
   template <int kD, int kG>
@@ -414,13 +346,6 @@ struct RowHead {
     const int64_t c = a.context_lens[seq] + t - a.seq_starts[seq];
     const int64_t lo = a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
     const int64_t kv_head = h0 / (a.Hq / a.Hkv);
-    if (isa == Isa::kAvx512 && (a.Dh == 128 || a.Dh == 64)) {
-      if (a.Dh == 128)
-        return heads == 2 ? run_in_registers<8, 2>(t, seq, h0, lo, c, kv_head)
-                          : run_in_registers<8, 1>(t, seq, h0, lo, c, kv_head);
-      return heads == 2 ? run_in_registers<4, 2>(t, seq, h0, lo, c, kv_head)
-                        : run_in_registers<4, 1>(t, seq, h0, lo, c, kv_head);
-    }
     for (int64_t h = h0; h < h0 + heads; ++h) run_one(t, seq, h, lo, c, kv_head);
   }
 
@@ -489,9 +414,9 @@ constexpr int64_t kMinSpanPositions = 32;
 
 void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
   const bool tiled = isa == Isa::kAvx512 && (a.Dh == 128 || a.Dh == 64);
-  // Tiles of up to kTileRows consecutive rows of one sequence (prefill; and decode rows where
-  // the AVX-512 kernels do not apply), and the longest context. Decode rows on AVX-512 go as
-  // spans of positions (run_span), enough of them to give every thread work.
+  // Tiles of up to kTileRows consecutive rows of one sequence, and the longest context. On
+  // AVX-512 a tile of one row (a decode row, or the last of a prompt) goes as spans of
+  // positions instead (run_span), enough of them to give every thread work.
   struct Tile {
     int64_t t0, rows, seq;
   };
@@ -502,13 +427,14 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
   std::vector<DecodeRow> decode_rows;
   int64_t max_ctx = 1, max_rows = 1;
   for (int64_t s = 0; s < a.n_seqs; ++s) {
-    if (tiled && a.seq_starts[s + 1] - a.seq_starts[s] == 1) {
-      const int64_t t = a.seq_starts[s], c = a.context_lens[s];
-      decode_rows.push_back({t, s, a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0, c});
-      continue;
-    }
     for (int64_t t = a.seq_starts[s]; t < a.seq_starts[s + 1]; t += kTileRows) {
-      tiles.push_back({t, std::min(kTileRows, a.seq_starts[s + 1] - t), s});
+      const int64_t rows = std::min(kTileRows, a.seq_starts[s + 1] - t);
+      if (tiled && rows == 1) {
+        const int64_t c = a.context_lens[s] + t - a.seq_starts[s];
+        decode_rows.push_back({t, s, a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0, c});
+        continue;
+      }
+      tiles.push_back({t, rows, s});
       max_rows = std::max(max_rows, tiles.back().rows);
     }
     max_ctx = std::max<int64_t>(max_ctx, a.context_lens[s] + a.seq_starts[s + 1] - a.seq_starts[s]);
