@@ -305,17 +305,14 @@ void with_rows(int64_t T, F&& f) {
   }
 }
 
-// Warps of `kernel` (blocks of `threads`) that the GPU holds at once, all SMs full.
+// Warps of `kernel` (blocks of `threads`) that the current GPU holds at once, all SMs full.
 template <typename Kernel>
 int64_t resident_warps(Kernel kernel, int threads) {
-  static const int64_t warps = [&] {
-    int device = 0, sms = 0, blocks = 0;
-    HEARTH_CUDA_CHECK(cudaGetDevice(&device));
-    HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
-    return int64_t{sms} * blocks * (threads / 32);
-  }();
-  return warps;
+  int device = 0, sms = 0, blocks = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
+  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+  return int64_t{sms} * blocks * (threads / 32);
 }
 
 // Whether the kShared kernel takes L (16-bit parameters): 1, 2 or 4 loads of codes per group,
@@ -345,7 +342,9 @@ void matvec_dp4a(cudaStream_t s, const float* x, int64_t T, const QuantLaunch& L
   const unsigned threads = kWarpsPerBlock * 32;
   if constexpr (sizeof(S) == 2) {
     constexpr auto shared = matvec_dp4a_kernel<kBits, 1, S, true>;
-    if (T == 1 && shares_round_params(L, kBits, resident_warps(shared, threads))) {
+    // Once per instantiation (and process: the first GPU's count stands for all).
+    static const int64_t resident = resident_warps(shared, threads);
+    if (T == 1 && shares_round_params(L, kBits, resident)) {
       return launch_kernel(shared, blocks, threads, 0, s, L, px);
     }
   }
