@@ -667,12 +667,16 @@ TEST(ops_kernel, AttentionLongContext) {
 // Decode rows split into spans of positions on AVX-512 (one span per thread where the context
 // has room), merged afterwards: two rows of 1500 and 900 keys (Dh 128, query heads in pairs);
 // one row of 2000 keys under a window of 1000 in blocks of 3 (spans start mid-block, Dh 64, one
-// query head per KV head); a row in a batch with prefill rows; the last row of a prompt.
+// query head per KV head); a row in a batch with prefill rows; blocks of 32 and 40; the last
+// row of a prompt.
 TEST(ops_kernel, AttentionDecodeSpans) {
   std::mt19937 rng(15);
   expect_simd_matches_scalar({4, 2, 128, 16, 0, {1, 1}, {1500, 900}, DType::kF16}, rng);
   expect_simd_matches_scalar({3, 3, 64, 3, 1000, {1}, {2000}, DType::kBF16}, rng);
   expect_simd_matches_scalar({8, 2, 128, 16, 0, {7, 1, 20}, {0, 777, 300}, DType::kF32}, rng);
+  // Blocks longer than the kernel's 16 rows, a multiple of them and not.
+  expect_simd_matches_scalar({4, 2, 128, 32, 0, {1}, {700}, DType::kF16}, rng);
+  expect_simd_matches_scalar({4, 4, 64, 40, 300, {1, 1}, {650, 90}, DType::kBF16}, rng);
   // Prompts of 17 and 33 rows: a lone last row after the tiles of 16 goes as a decode row.
   expect_simd_matches_scalar({4, 2, 64, 16, 0, {17, 33}, {0, 500}, DType::kF16}, rng);
 }

@@ -238,24 +238,24 @@ struct RowHead {
     const int64_t n = j1 - j0 + 1, stride = a.Hkv * a.Dh, group = a.Hq / a.Hkv, Dh = a.Dh;
     float* head_max = scratch.head_max.data();
     std::fill_n(head_max, a.Hq, -INFINITY);
-    // visit(j, rows, base, next): rows positions j .. j + rows - 1 of one block at `base` (all
-    // heads; position r's head h at base + r * stride + h * Dh), `next` the following block's
-    // start or null.
+    // visit(j, rows, base, next): rows (<= 16) positions j .. j + rows - 1 of one block at
+    // `base` (all heads; position r's head h at base + r * stride + h * Dh), `next` the row of
+    // position j + rows or null.
+    const int32_t* table = a.block_tables + seq * a.max_blocks;
+    auto row_of = [&](const void* cache, int64_t j) {
+      return static_cast<const Elem*>(cache) +
+             (static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size) * stride;
+    };
     auto for_each_block = [&](const void* cache, const auto& visit) HEARTH_AVX512 {
       for (int64_t j = j0; j <= j1;) {
-        const int64_t b = j / a.block_size, end = std::min(j1 + 1, (b + 1) * a.block_size);
-        const int32_t* table = a.block_tables + seq * a.max_blocks;
-        const Elem* base = static_cast<const Elem*>(cache) +
-                           (static_cast<int64_t>(table[b]) * a.block_size + j % a.block_size) * stride;
-        const Elem* next =
-            end <= j1 ? static_cast<const Elem*>(cache) + static_cast<int64_t>(table[b + 1]) * a.block_size * stride
-                      : nullptr;
-        visit(j, end - j, base, next);
+        const int64_t end = std::min({j1 + 1, (j / a.block_size + 1) * a.block_size, j + 16});
+        visit(j, end - j, row_of(cache, j), end <= j1 ? row_of(cache, end) : nullptr);
         j = end;
       }
     };
-    // The next block's bytes, in order, a share per head pair (rows * Dh elements each).
-    const int64_t pairs = a.Hq / kG, block_bytes = a.block_size * stride * static_cast<int64_t>(sizeof(Elem));
+    // The next rows' bytes (up to 16 positions of every head), in order, a share per head pair.
+    const int64_t pairs = a.Hq / kG,
+                  block_bytes = std::min<int64_t>(a.block_size, 16) * stride * static_cast<int64_t>(sizeof(Elem));
     const int64_t share = (block_bytes / pairs + 63) / 64 * 64;
     auto prefetch_share = [&](const Elem* next, int64_t pair) {
       if (next == nullptr) return;
