@@ -96,6 +96,11 @@ struct Scratch {
   std::vector<float> head_max;  // [Hq]: a span's running maximum score per head
 };
 
+// The first key that cache index c attends to (0, or the start of its window).
+int64_t first_key(const AttentionArgs& a, int64_t c) {
+  return a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
+}
+
 template <DType KT>
 struct RowHead {
   using Elem = std::conditional_t<KT == DType::kF32, float, uint16_t>;
@@ -143,7 +148,7 @@ struct RowHead {
   HEARTH_AVX512 __attribute__((flatten)) void run_tile(int64_t t0, int64_t rows, int64_t seq, int64_t h0,
                                                        int64_t kv_head) const {
     const int64_t Dh = a.Dh, c0 = a.context_lens[seq] + t0 - a.seq_starts[seq];
-    auto lo_of = [&](int64_t r) { return a.window > 0 ? std::max<int64_t>(0, c0 + r - a.window + 1) : int64_t{0}; };
+    auto lo_of = [&](int64_t r) { return first_key(a, c0 + r); };
 
     const int64_t first = lo_of(0), last = c0 + rows - 1, n = last - first + 1;  // the tile's keys
     float* block = scratch.rows.data();
@@ -344,7 +349,7 @@ struct RowHead {
   // Query heads h0 .. h0 + heads (1 or 2, sharing a KV head) of row t.
   void run(int64_t t, int64_t seq, int64_t h0, int64_t heads) const {
     const int64_t c = a.context_lens[seq] + t - a.seq_starts[seq];
-    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
+    const int64_t lo = first_key(a, c);
     const int64_t kv_head = h0 / (a.Hq / a.Hkv);
     for (int64_t h = h0; h < h0 + heads; ++h) run_one(t, seq, h, lo, c, kv_head);
   }
@@ -400,9 +405,9 @@ void merge_spans(const float* states, int64_t n_spans, int64_t Hq, int64_t Dh, f
   }
 }
 
-// A decode row's span of positions for run_span; its state sits at states[state * Hq * (Dh + 2)].
+// A decode row's span of positions for run_span; span i's state sits at states[i * Hq * (Dh + 2)].
 struct Span {
-  int64_t t, seq, j0, j1, state;
+  int64_t t, seq, j0, j1;
 };
 
 // Spans of no fewer positions than this (two blocks of 16): the merge costs little, and a second
@@ -431,7 +436,7 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
       const int64_t rows = std::min(kTileRows, a.seq_starts[s + 1] - t);
       if (tiled && rows == 1) {
         const int64_t c = a.context_lens[s] + t - a.seq_starts[s];
-        decode_rows.push_back({t, s, a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0, c});
+        decode_rows.push_back({t, s, first_key(a, c), c});
         continue;
       }
       tiles.push_back({t, rows, s});
@@ -451,7 +456,7 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
     const int64_t len = (n + count - 1) / count;
     first_span.push_back(static_cast<int64_t>(spans.size()));
     for (int64_t j0 = r.lo; j0 <= r.c; j0 += len) {
-      spans.push_back({r.t, r.seq, j0, std::min(r.c, j0 + len - 1), static_cast<int64_t>(spans.size())});
+      spans.push_back({r.t, r.seq, j0, std::min(r.c, j0 + len - 1)});
     }
     max_span = std::max(max_span, len);
   }
@@ -476,13 +481,14 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
       const RowHead<KT> rh{a, isa, scratch};
       for (int64_t i = begin; i < end; ++i) {
         if (i >= tile_items) {
-          const Span& sp = spans[static_cast<size_t>(i - tile_items)];
-          rh.span(sp.t, sp.seq, sp.j0, sp.j1, states.data() + sp.state * a.Hq * (a.Dh + 2));
+          const int64_t k = i - tile_items;
+          const Span& sp = spans[static_cast<size_t>(k)];
+          rh.span(sp.t, sp.seq, sp.j0, sp.j1, states.data() + k * a.Hq * (a.Dh + 2));
           continue;
         }
         const Tile& tile = tiles[static_cast<size_t>(i / per_tile)];
         const int64_t h0 = i % per_tile * pair;
-        if (tiled && tile.rows > 1) {
+        if (tiled) {
           rh.tile(tile.t0, tile.rows, tile.seq, h0, pair);
         } else {
           for (int64_t t = tile.t0; t < tile.t0 + tile.rows; ++t) rh.run(t, tile.seq, h0, pair);
