@@ -10,6 +10,8 @@
 #include "backends/cpu/isa.h"
 #include "backends/cpu/quant_kernels.h"
 #include "base/error.h"
+#include "core/context.h"
+#include "core/ops.h"
 
 namespace hearth {
 namespace {
@@ -188,6 +190,61 @@ TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
         }
       }
     }
+}
+
+// On the CPU, ops::matmul_group over 4/8-bit panel matrices runs as one pass (x rounded once,
+// one parallel loop over every part's rows): each part must come out bit for bit as its own
+// quantized_matmul, and an accumulating part as that added to y's old values. A part of
+// another group size sends the whole group part by part, with the same results.
+TEST(AffineMatmul, PanelGroupIsEachPartAlone) {
+  if (!cpu::isa_supported(cpu::Isa::kAvx512) || !cpu::has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI";
+  struct PartSpec {
+    int64_t N;
+    QuantSpec spec;
+    bool bias, accumulate;
+  };
+  const int64_t K = 384;
+  const std::vector<PartSpec> one_pass = {
+      {45, {4, 64}, true, false}, {16, {8, 64}, false, false}, {100, {4, 64}, false, true}, {7, {8, 64}, true, true}};
+  const std::vector<PartSpec> mixed = [&] {
+    std::vector<PartSpec> m = one_pass;
+    m.push_back({20, {4, 32}, false, true});
+    return m;
+  }();
+  ThreadPool pool(2);
+  Context ctx;
+  ctx.pool = &pool;
+  for (const std::vector<PartSpec>* specs : {&one_pass, &mixed}) {
+    for (int64_t T : {1, 3, 9}) {
+      const std::vector<float> xv = random_floats(static_cast<size_t>(T * K), 40 + T);
+      const Tensor x = Tensor::from_f32({T, K}, xv.data());
+      const size_t n = specs->size();
+      std::vector<QuantizedMatrix> ws(n);
+      std::vector<Tensor> biases(n), ys(n), before(n);
+      std::vector<ops::MatmulPart> parts;
+      for (size_t i = 0; i < n; ++i) {
+        const PartSpec& ps = (*specs)[i];
+        const std::vector<float> wf = random_floats(static_cast<size_t>(ps.N * K), 60 + i, 0.05f);
+        ws[i] = affine_to_panels(affine_quantize(Tensor::from_f32({ps.N, K}, wf.data()), ps.spec, DType::kBF16));
+        const std::vector<float> bv = random_floats(static_cast<size_t>(ps.N), 80 + i);
+        if (ps.bias) biases[i] = Tensor::from_f32({ps.N}, bv.data());
+        const std::vector<float> yv = random_floats(static_cast<size_t>(T * ps.N), 90 + i);
+        before[i] = Tensor::from_f32({T, ps.N}, yv.data());
+        ys[i] = Tensor::from_f32({T, ps.N}, yv.data());
+        parts.push_back({nullptr, &biases[i], &ys[i], &ws[i], ps.accumulate});
+      }
+      ops::matmul_group(ctx, x, parts);
+      for (size_t i = 0; i < n; ++i) {
+        Tensor alone = Tensor::zeros(ys[i].shape(), DType::kF32);
+        ops::quantized_matmul(ctx, x, ws[i], biases[i], alone);
+        for (int64_t j = 0; j < alone.numel(); ++j) {
+          const float want =
+              (*specs)[i].accumulate ? before[i].data<float>()[j] + alone.data<float>()[j] : alone.data<float>()[j];
+          ASSERT_EQ(ys[i].data<float>()[j], want) << "part " << i << " of " << n << ", T=" << T << ", j=" << j;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

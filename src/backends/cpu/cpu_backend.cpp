@@ -1,6 +1,8 @@
 // The CPU backend: unpacks tensors and calls the kernels with the active ISA.
 // Registers itself for DeviceType::kCpu at static-initialization time.
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/kernels.h"
@@ -52,6 +54,22 @@ class CpuBackend final : public Backend {
     } else {
       cpu::affine_matmul(active_isa(), ctx.pool, x.data<float>(), x.dim(0), affine_args(w), b, y.data<float>());
     }
+  }
+
+  // Groups of 4- and 8-bit panel matrices (q, k, v; gate, up; o or down adding the residual)
+  // run as one pass over x rounded once; anything else goes part by part.
+  void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) override {
+    std::vector<cpu::PanelPart> panel_parts;
+    for (const ops::MatmulPart& p : parts) {
+      if (active_isa() != Isa::kAvx512 || !has_avx512_vnni() || p.qw == nullptr ||
+          p.qw->layout != AffineLayout::kPanels16 || p.qw->spec.group_size != parts[0].qw->spec.group_size) {
+        Backend::matmul_group(ctx, x, parts);
+        return;
+      }
+      panel_parts.push_back(
+          {affine_args(*p.qw), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(), p.accumulate});
+    }
+    cpu::panel_matmul_group(ctx.pool, x.data<float>(), x.dim(0), panel_parts);
   }
 
   void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) override {

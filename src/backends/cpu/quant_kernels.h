@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backends/cpu/isa.h"
 #include "base/thread_pool.h"
@@ -28,6 +29,17 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
 // kVnniDecodeRows rows of x take the decode kernel, more the register-tiled prefill kernel.
 constexpr int64_t kVnniDecodeRows = 4;
 void panel_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y);
+
+// Several panel matrices of the same K and group size times one x (q, k and v; gate and up; o
+// or down with the residual): x is rounded once, and one parallel loop streams all their
+// panels. Each part: y [T, N] = x w^T + bias, or y += that where accumulate is set.
+struct PanelPart {
+  AffineMatrix w;
+  const float* bias;  // [N] or null
+  float* y;
+  bool accumulate;
+};
+void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<const PanelPart> parts);
 
 // Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
 void affine_rows(const AffineMatrix& w, const int32_t* ids, int64_t n_ids, float* out);

@@ -17,11 +17,13 @@
 // unpacked weight vector meets kTT x rows; x is taken in chunks that stay in L2.
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/quant_kernels.h"
 #include "backends/cpu/simd.h"
+#include "base/error.h"
 
 #define HEARTH_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -116,19 +118,28 @@ HEARTH_VNNI inline void unpack(const uint8_t* src, __m512i& lo, __m512i& hi) {
   }
 }
 
+// Where one matrix's products go: y [T, N] = x w^T + bias, or y += that (a residual add,
+// y's old values added last).
+struct Out {
+  const float* bias;
+  float* y;
+  bool accumulate;
+};
+
 // Stores the 16 lanes of panel p for x row t (fewer in the last panel) plus the bias.
-HEARTH_VNNI inline void store_rows(__m512 acc, const float* bias, float* y, int64_t N, int64_t p, int64_t t) {
+HEARTH_VNNI inline void store_rows(__m512 acc, const Out& out, int64_t N, int64_t p, int64_t t) {
   const int64_t n0 = p * 16;
   const __mmask16 m = simd::tail_mask16(N - n0);
-  if (bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, bias + n0));
-  _mm512_mask_storeu_ps(y + t * N + n0, m, acc);
+  float* y = out.y + t * N + n0;
+  if (out.bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, out.bias + n0));
+  if (out.accumulate) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, y));
+  _mm512_mask_storeu_ps(y, m, acc);
 }
 
 // Decode: panels p0 .. p1 against all kT rows of x. Two int32 accumulators per x row (the
 // 4-bit halves, or alternate 8-bit steps) keep two vpdpbusd chains in flight.
 template <int kBits, int kT>
-HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p0,
-                               int64_t p1) {
+HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p0, int64_t p1) {
   constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
   const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
   const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
@@ -166,24 +177,23 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const 
         acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
       }
     }
-    for (int t = 0; t < kT; ++t) store_rows(acc[t], bias, y, w.N, p, t);
+    for (int t = 0; t < kT; ++t) store_rows(acc[t], out, w.N, p, t);
   }
 }
 
 template <int kBits>
-void decode_any(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p0, int64_t p1) {
+void decode_any(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p0, int64_t p1) {
   switch (x.T) {
-    case 1: decode_panels<kBits, 1>(x, w, bias, y, p0, p1); break;
-    case 2: decode_panels<kBits, 2>(x, w, bias, y, p0, p1); break;
-    case 3: decode_panels<kBits, 3>(x, w, bias, y, p0, p1); break;
-    default: decode_panels<kBits, 4>(x, w, bias, y, p0, p1); break;
+    case 1: decode_panels<kBits, 1>(x, w, out, p0, p1); break;
+    case 2: decode_panels<kBits, 2>(x, w, out, p0, p1); break;
+    case 3: decode_panels<kBits, 3>(x, w, out, p0, p1); break;
+    default: decode_panels<kBits, 4>(x, w, out, p0, p1); break;
   }
 }
 
 // Prefill: panels p .. p + kR against x rows t0 .. t0 + kTT.
 template <int kBits, int kR, int kTT>
-HEARTH_VNNI void gemm_tile(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p,
-                           int64_t t0) {
+HEARTH_VNNI void gemm_tile(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p, int64_t t0) {
   constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
   const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
   const int64_t panel_bytes = K * kBits * 2;
@@ -223,48 +233,64 @@ HEARTH_VNNI void gemm_tile(const PreparedX& x, const AffineMatrix& w, const floa
     }
   }
   for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kTT; ++t) store_rows(acc[r][t], bias, y, w.N, p + r, t0 + t);
+    for (int t = 0; t < kTT; ++t) store_rows(acc[r][t], out, w.N, p + r, t0 + t);
   }
 }
 
 template <int kBits, int kR>
-void gemm_panels(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p, int64_t t0,
-                 int64_t t1) {
+void gemm_panels(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p, int64_t t0, int64_t t1) {
   constexpr int kTT = 4;
   int64_t t = t0;
-  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kR, kTT>(x, w, bias, y, p, t);
-  for (; t < t1; ++t) gemm_tile<kBits, kR, 1>(x, w, bias, y, p, t);
+  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kR, kTT>(x, w, out, p, t);
+  for (; t < t1; ++t) gemm_tile<kBits, kR, 1>(x, w, out, p, t);
 }
 
 template <int kBits>
-void gemm_range(const PreparedX& x, const AffineMatrix& w, const float* bias, float* y, int64_t p0, int64_t p1) {
+void gemm_range(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p0, int64_t p1) {
   constexpr int kR = 2;
   for (int64_t t0 = 0; t0 < x.T; t0 += kTChunk) {
     const int64_t t1 = std::min(x.T, t0 + kTChunk);
     int64_t p = p0;
-    for (; p + kR <= p1; p += kR) gemm_panels<kBits, kR>(x, w, bias, y, p, t0, t1);
-    for (; p < p1; ++p) gemm_panels<kBits, 1>(x, w, bias, y, p, t0, t1);
+    for (; p + kR <= p1; p += kR) gemm_panels<kBits, kR>(x, w, out, p, t0, t1);
+    for (; p < p1; ++p) gemm_panels<kBits, 1>(x, w, out, p, t0, t1);
   }
 }
 
 }  // namespace
 
-void panel_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y) {
+void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<const PanelPart> parts) {
   // The calling thread's buffers, reused across calls; named through a plain reference so that
   // the pool's threads read these and not their own thread_local copies.
   thread_local PreparedX buffers;
   PreparedX& p = buffers;
-  prepare_x(pool, x, T, w, p);
+  prepare_x(pool, x, T, parts[0].w, p);
   const bool decode = T <= kVnniDecodeRows;
-  const int64_t panels = (w.N + 15) / 16;
+  // The parts' panels as one range, so that each thread streams one run of rows through the
+  // group instead of a share of every matrix, and the group pays for one fork and join.
+  std::vector<int64_t> starts(parts.size() + 1, 0);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    HEARTH_CHECK(parts[i].w.K == p.K && parts[i].w.group_size == p.group_size && parts[i].w.panels);
+    starts[i + 1] = starts[i] + (parts[i].w.N + 15) / 16;
+  }
   auto run = [&](int64_t a, int64_t b) {
-    if (decode) {
-      w.bits == 4 ? decode_any<4>(p, w, bias, y, a, b) : decode_any<8>(p, w, bias, y, a, b);
-    } else {
-      w.bits == 4 ? gemm_range<4>(p, w, bias, y, a, b) : gemm_range<8>(p, w, bias, y, a, b);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t lo = std::max(a, starts[i]) - starts[i], hi = std::min(b, starts[i + 1]) - starts[i];
+      if (lo >= hi) continue;
+      const PanelPart& part = parts[i];
+      const Out out{part.bias, part.y, part.accumulate};
+      if (decode) {
+        part.w.bits == 4 ? decode_any<4>(p, part.w, out, lo, hi) : decode_any<8>(p, part.w, out, lo, hi);
+      } else {
+        part.w.bits == 4 ? gemm_range<4>(p, part.w, out, lo, hi) : gemm_range<8>(p, part.w, out, lo, hi);
+      }
     }
   };
-  parallel_rows(pool, panels, 1, run);
+  parallel_rows(pool, starts.back(), 1, run);
+}
+
+void panel_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y) {
+  const PanelPart part{w, bias, y, false};
+  panel_matmul_group(pool, x, T, std::span<const PanelPart>(&part, 1));
 }
 
 }  // namespace hearth::cpu

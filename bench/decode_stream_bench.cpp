@@ -1,0 +1,112 @@
+// Decode reads a model's weights as a sequence of matvecs, a few MB each, one after another:
+// does that sequence reach the read bandwidth that one big matrix does? Times the matvecs of
+// a Qwen3-1.7B-shaped decode step (28 layers of q, k, v, o, gate, up, down, then the LM head)
+// as MLX affine 4-bit panels with random codes, nothing else between them, against the read
+// probe run between passes (medians of the passes). Passes alternate between one matvec per
+// matrix and the grouped calls the CPU backend makes (q+k+v, gate+up, o, down; one parallel
+// loop each), so both meet the same drift of the host's bandwidth.
+// Usage: decode_stream_bench [passes]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backends/cpu/quant_kernels.h"
+#include "base/thread_pool.h"
+#include "core/bandwidth.h"
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Matrix {
+  hearth::Tensor codes, scales, biases;
+  hearth::cpu::AffineMatrix args{};
+  size_t bytes = 0;
+};
+
+// N x K, 4 bits, groups of 64, bf16 parameters, 16-row panels; the codes are hashed bytes.
+Matrix random_matrix(int64_t N, int64_t K) {
+  Matrix m;
+  const int64_t panels = (N + 15) / 16, groups = K / 64;
+  m.codes = hearth::Tensor::zeros({panels * 16 * K / 2}, hearth::DType::kU8);
+  m.scales = hearth::Tensor::zeros({panels * groups * 16}, hearth::DType::kBF16);
+  m.biases = hearth::Tensor::zeros({panels * groups * 16}, hearth::DType::kBF16);
+  auto* c = m.codes.data<uint8_t>();
+  for (int64_t i = 0; i < m.codes.numel(); ++i) c[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  auto* s = static_cast<uint16_t*>(m.scales.raw());
+  auto* b = static_cast<uint16_t*>(m.biases.raw());
+  for (int64_t i = 0; i < m.scales.numel(); ++i) {
+    s[i] = 0x3c00;  // bf16 0.0078
+    b[i] = 0xbc00;
+  }
+  m.args = {static_cast<const uint32_t*>(m.codes.raw()), m.scales.raw(), m.biases.raw(), hearth::DType::kBF16, 4, 64,
+            N, K, true};
+  m.bytes = static_cast<size_t>(m.codes.nbytes() + m.scales.nbytes() + m.biases.nbytes());
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int passes = argc > 1 ? std::atoi(argv[1]) : 15;
+  const int64_t hidden = 2048, inter = 6144, q_out = 16 * 128, kv_out = 8 * 128, layers = 28, vocab = 151936;
+  std::vector<Matrix> ms;
+  for (int64_t l = 0; l < layers; ++l) {
+    ms.push_back(random_matrix(q_out, hidden));
+    ms.push_back(random_matrix(kv_out, hidden));
+    ms.push_back(random_matrix(kv_out, hidden));
+    ms.push_back(random_matrix(hidden, q_out));
+    ms.push_back(random_matrix(inter, hidden));
+    ms.push_back(random_matrix(inter, hidden));
+    ms.push_back(random_matrix(hidden, inter));
+  }
+  ms.push_back(random_matrix(vocab, hidden));
+  size_t bytes = 0;
+  for (const Matrix& m : ms) bytes += m.bytes;
+  hearth::ThreadPool pool(0);
+  hearth::Context ctx;
+  ctx.pool = &pool;
+  std::vector<float> x(static_cast<size_t>(inter), 0.25f), y(static_cast<size_t>(vocab));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
+  // Each layer's calls as the CPU backend groups them: {q, k, v}, {o}, {gate, up}, {down}.
+  std::vector<std::vector<hearth::cpu::PanelPart>> groups;
+  for (int64_t l = 0; l < layers; ++l) {
+    auto part = [&](int64_t i) { return hearth::cpu::PanelPart{ms[l * 7 + i].args, nullptr, y.data(), false}; };
+    groups.push_back({part(0), part(1), part(2)});
+    groups.push_back({part(3)});
+    groups.push_back({part(4), part(5)});
+    groups.push_back({part(6)});
+  }
+  groups.push_back({{ms.back().args, nullptr, y.data(), false}});
+  std::vector<double> step_gbs[2], read_gbs, ratios[2];
+  for (int p = 0; p < 2 * passes; ++p) {
+    const int grouped = p % 2;
+    const auto t0 = Clock::now();
+    if (grouped) {
+      for (const auto& g : groups) hearth::cpu::panel_matmul_group(&pool, x.data(), 1, g);
+    } else {
+      for (const Matrix& m : ms) hearth::cpu::panel_matmul(&pool, x.data(), 1, m.args, nullptr, y.data());
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double read = hearth::measure_read_bandwidth(ctx).bytes_per_second / 1e9;
+    step_gbs[grouped].push_back(bytes / s / 1e9);
+    read_gbs.push_back(read);
+    ratios[grouped].push_back(bytes / s / 1e9 / read);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%zu matrices, %.0f MB per step, %d threads, read %.1f GB/s (median)\n", ms.size(), bytes / 1e6,
+              pool.size(), median(read_gbs));
+  for (int grouped : {0, 1}) {
+    std::printf("  %-28s step %.1f GB/s, step/read median %.0f%%\n",
+                grouped ? "grouped (113 calls):" : "one call per matrix (197):", median(step_gbs[grouped]),
+                100 * median(ratios[grouped]));
+  }
+  return 0;
+}
