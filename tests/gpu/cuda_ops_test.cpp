@@ -319,7 +319,8 @@ TEST(CudaOps, MatmulMatchesTheScalarReference) {
   Context ctx = gpu_ctx();
   for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int64_t T : {1, 3, 5, 6, 7, 8, 9, 33}) {
-      for (auto [K, N] : {std::pair<int64_t, int64_t>{64, 1}, {100, 17}, {1000, 300}}) {
+      // K = 2056: rows of several 16-byte rounds and a partial last one (bf16: 128 + 128 + 1 loads).
+      for (auto [K, N] : {std::pair<int64_t, int64_t>{64, 1}, {100, 17}, {1000, 300}, {2056, 40}}) {
         const std::vector<float> x = random_floats(rng, size_t(T * K)), wf = random_floats(rng, size_t(N * K)),
                                  bias = random_floats(rng, size_t(N));
         const Tensor w = Tensor::from_f32({N, K}, wf.data()).to(type);

@@ -139,11 +139,12 @@ TEST(CudaOps, QuantizedMatvecTakesLongAndManyRows) {
   }
 }
 
-// One row of x through rows of one round of 32 to 128 loads, more rows than any GPU holds warps
-// at once (132 SMs x 64): the kernel whose lanes share each round's scales and biases by shuffle.
-// A full round (K = 1024 in 8 bits: 64 loads) and one partly past the end (K = 3072 in 4 bits: 96
-// loads); 1, 2 and 4 loads per group (8 bits in groups of 128 take the other kernel); bf16 and
-// f16 parameters, with and without biases.
+// One row of x through rows of one round of 32 to 128 loads, at least 1.5x as many rows as the
+// GPU holds warps of the kernel at once (an H200 holds 3696): the kernel whose lanes share each
+// round's scales and biases by shuffle. A full round (K = 1024 in 8 bits: 64 loads) and one partly
+// past the end (K = 3072 in 4 bits: 96 loads; in 8 bits it is two rounds, the other kernel, not
+// run); 1, 2 and 4 loads per group (8 bits in groups of 128 take the other kernel); bf16 and f16
+// parameters, with and without biases.
 TEST(CudaOps, QuantizedMatvecSharesEachRoundsParameters) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(12);
@@ -151,6 +152,7 @@ TEST(CudaOps, QuantizedMatvecSharesEachRoundsParameters) {
   const int64_t N = 9000;
   for (int64_t K : {1024, 3072}) {
     for (int bits : {4, 8}) {
+      if (bits == 8 && K == 3072) continue;
       for (int gs : {32, 64, 128}) {
         for (DType scale_type : {DType::kBF16, DType::kF16}) {
           for (bool symmetric : {false, true}) {

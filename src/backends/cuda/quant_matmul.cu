@@ -317,16 +317,17 @@ int64_t resident_warps(Kernel kernel, int threads) {
 
 // Whether the kShared kernel takes L (16-bit parameters): 1, 2 or 4 loads of codes per group,
 // rows of exactly one round (32 to 128 loads; no lane leaves the loop before the others),
-// parameters aligned for the lanes' wide loads, and more rows than the GPU holds warps at once.
-// Measured on the H200 (Llama-3-8B shapes, 4 bits): q+k+v 10.9 -> 9.3 us, gate+up 28.5 -> 25.5,
-// lm_head 104 -> 95, tg128 354 -> 376 tok/s. Slower where the shuffles wait on the loads with
-// little to hide them: rows of several rounds (down: 3.5 rounds, 16.4 -> 21.6 us; 20.6 with the
-// next round's parameters loaded ahead), and o (4096 rows: 7.1 -> 8.1 us, still taken here).
+// parameters aligned for the lanes' wide loads, and at least 1.5x as many rows as the GPU holds
+// warps at once. Measured on the H200 (Llama-3-8B shapes, 4 bits): q+k+v 10.9 -> 9.3 us, gate+up
+// 28.5 -> 25.5, lm_head 104 -> 95, tg128 354 -> 376 tok/s. Slower where the shuffles wait on the
+// loads with little to hide them: rows of several rounds (down: 3.5 rounds, 16.4 -> 21.6 us;
+// 20.2 with every round's parameters loaded up front), and o (4096 rows, 1.1x the 3696 resident
+// warps: 7.1 -> 8.1 us), where one wave of warps is most of the work.
 bool shares_round_params(const QuantLaunch& L, int bits, int64_t resident) {
   const QuantArgs& w = L.part[0].w;
   const int64_t loads_per_group = w.group_size * bits / 128, vecs = w.K * bits / 128;
   if (loads_per_group != 1 && loads_per_group != 2 && loads_per_group != 4) return false;
-  if (vecs % 32 != 0 || vecs > 128 || L.first[L.n] <= resident) return false;
+  if (vecs % 32 != 0 || vecs > 128 || 2 * L.first[L.n] < 3 * resident) return false;
   const auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (8 / loads_per_group) == 0; };
   for (int i = 0; i < L.n; ++i) {
     if (!aligned(L.part[i].w.scales) || !aligned(L.part[i].w.biases)) return false;
