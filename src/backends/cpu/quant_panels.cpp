@@ -30,8 +30,12 @@
 namespace hearth::cpu {
 namespace {
 
-constexpr int64_t kTChunk = 64;           // x rows per prefill chunk
-constexpr int64_t kPrefetchBytes = 4096;  // decode: software prefetch distance along a panel
+constexpr int64_t kTChunk = 64;  // x rows per prefill chunk
+// Decode: software prefetch distance along a panel, into L2 (T1). Into L1 (T0) it read the same
+// at the host's usual ~32 GB/s and less when the host reads 50+ GB/s (bench/RESULTS.md,
+// 2026-12-04), presumably because prefetches to L1 hold the core's few L1 miss buffers, which the
+// stream needs more of when memory answers faster.
+constexpr int64_t kPrefetchBytes = 4096;
 
 // x rounded to int8 per group, in natural order.
 struct PreparedX {
@@ -152,7 +156,7 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const 
       for (int t = 0; t < kT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
       const int64_t k0 = g * gs;
       for (int64_t j = 0; j < steps; ++j, src += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchBytes), _MM_HINT_T1);
         __m512i lo, hi;
         unpack<kBits>(src, lo, hi);
         const int64_t k = k0 + j * kPerStep;
