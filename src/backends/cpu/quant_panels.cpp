@@ -122,28 +122,22 @@ HEARTH_VNNI inline void unpack(const uint8_t* src, __m512i& lo, __m512i& hi) {
   }
 }
 
-// Where one matrix's products go: y [T, N] = x w^T + bias, or y += that (a residual add,
-// y's old values added last).
-struct Out {
-  const float* bias;
-  float* y;
-  bool accumulate;
-};
-
-// Stores the 16 lanes of panel p for x row t (fewer in the last panel) plus the bias.
-HEARTH_VNNI inline void store_rows(__m512 acc, const Out& out, int64_t N, int64_t p, int64_t t) {
-  const int64_t n0 = p * 16;
+// Stores the 16 lanes of panel p for x row t (fewer in the last panel) plus the bias, or adds
+// them to y's old values where the part accumulates (a residual add, the old values last).
+HEARTH_VNNI inline void store_rows(__m512 acc, const PanelPart& part, int64_t p, int64_t t) {
+  const int64_t N = part.w.N, n0 = p * 16;
   const __mmask16 m = simd::tail_mask16(N - n0);
-  float* y = out.y + t * N + n0;
-  if (out.bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, out.bias + n0));
-  if (out.accumulate) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, y));
+  float* y = part.y + t * N + n0;
+  if (part.bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, part.bias + n0));
+  if (part.accumulate) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, y));
   _mm512_mask_storeu_ps(y, m, acc);
 }
 
 // Decode: panels p0 .. p1 against all kT rows of x. Two int32 accumulators per x row (the
 // 4-bit halves, or alternate 8-bit steps) keep two vpdpbusd chains in flight.
 template <int kBits, int kT>
-HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p0, int64_t p1) {
+HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
+  const AffineMatrix& w = part.w;
   constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
   const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
   const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
@@ -181,23 +175,24 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const AffineMatrix& w, const 
         acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
       }
     }
-    for (int t = 0; t < kT; ++t) store_rows(acc[t], out, w.N, p, t);
+    for (int t = 0; t < kT; ++t) store_rows(acc[t], part, p, t);
   }
 }
 
 template <int kBits>
-void decode_any(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p0, int64_t p1) {
+void decode_any(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
   switch (x.T) {
-    case 1: decode_panels<kBits, 1>(x, w, out, p0, p1); break;
-    case 2: decode_panels<kBits, 2>(x, w, out, p0, p1); break;
-    case 3: decode_panels<kBits, 3>(x, w, out, p0, p1); break;
-    default: decode_panels<kBits, 4>(x, w, out, p0, p1); break;
+    case 1: decode_panels<kBits, 1>(x, part, p0, p1); break;
+    case 2: decode_panels<kBits, 2>(x, part, p0, p1); break;
+    case 3: decode_panels<kBits, 3>(x, part, p0, p1); break;
+    default: decode_panels<kBits, 4>(x, part, p0, p1); break;
   }
 }
 
 // Prefill: panels p .. p + kR against x rows t0 .. t0 + kTT.
 template <int kBits, int kR, int kTT>
-HEARTH_VNNI void gemm_tile(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p, int64_t t0) {
+HEARTH_VNNI void gemm_tile(const PreparedX& x, const PanelPart& part, int64_t p, int64_t t0) {
+  const AffineMatrix& w = part.w;
   constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
   const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
   const int64_t panel_bytes = K * kBits * 2;
@@ -237,26 +232,26 @@ HEARTH_VNNI void gemm_tile(const PreparedX& x, const AffineMatrix& w, const Out&
     }
   }
   for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kTT; ++t) store_rows(acc[r][t], out, w.N, p + r, t0 + t);
+    for (int t = 0; t < kTT; ++t) store_rows(acc[r][t], part, p + r, t0 + t);
   }
 }
 
 template <int kBits, int kR>
-void gemm_panels(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p, int64_t t0, int64_t t1) {
+void gemm_panels(const PreparedX& x, const PanelPart& part, int64_t p, int64_t t0, int64_t t1) {
   constexpr int kTT = 4;
   int64_t t = t0;
-  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kR, kTT>(x, w, out, p, t);
-  for (; t < t1; ++t) gemm_tile<kBits, kR, 1>(x, w, out, p, t);
+  for (; t + kTT <= t1; t += kTT) gemm_tile<kBits, kR, kTT>(x, part, p, t);
+  for (; t < t1; ++t) gemm_tile<kBits, kR, 1>(x, part, p, t);
 }
 
 template <int kBits>
-void gemm_range(const PreparedX& x, const AffineMatrix& w, const Out& out, int64_t p0, int64_t p1) {
+void gemm_range(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
   constexpr int kR = 2;
   for (int64_t t0 = 0; t0 < x.T; t0 += kTChunk) {
     const int64_t t1 = std::min(x.T, t0 + kTChunk);
     int64_t p = p0;
-    for (; p + kR <= p1; p += kR) gemm_panels<kBits, kR>(x, w, out, p, t0, t1);
-    for (; p < p1; ++p) gemm_panels<kBits, 1>(x, w, out, p, t0, t1);
+    for (; p + kR <= p1; p += kR) gemm_panels<kBits, kR>(x, part, p, t0, t1);
+    for (; p < p1; ++p) gemm_panels<kBits, 1>(x, part, p, t0, t1);
   }
 }
 
@@ -281,11 +276,10 @@ void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<c
       const int64_t lo = std::max(a, starts[i]) - starts[i], hi = std::min(b, starts[i + 1]) - starts[i];
       if (lo >= hi) continue;
       const PanelPart& part = parts[i];
-      const Out out{part.bias, part.y, part.accumulate};
       if (decode) {
-        part.w.bits == 4 ? decode_any<4>(p, part.w, out, lo, hi) : decode_any<8>(p, part.w, out, lo, hi);
+        part.w.bits == 4 ? decode_any<4>(p, part, lo, hi) : decode_any<8>(p, part, lo, hi);
       } else {
-        part.w.bits == 4 ? gemm_range<4>(p, part.w, out, lo, hi) : gemm_range<8>(p, part.w, out, lo, hi);
+        part.w.bits == 4 ? gemm_range<4>(p, part, lo, hi) : gemm_range<8>(p, part, lo, hi);
       }
     }
   };
