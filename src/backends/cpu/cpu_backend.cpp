@@ -38,7 +38,7 @@ class CpuBackend final : public Backend {
   // 4- and 8-bit affine matrices become 16-row panels where the int8 dot-product kernels run.
   QuantizedMatrix prepare(const QuantizedMatrix& w, Device) override {
     const bool panels_pay = !w.is_ggml() && w.layout == AffineLayout::kRows && (w.spec.bits == 4 || w.spec.bits == 8) &&
-                            active_isa() == Isa::kAvx512 && has_avx512_vnni();
+                            runs_panel_kernels(active_isa());
     return panels_pay ? affine_to_panels(w) : w;
   }
 
@@ -60,9 +60,10 @@ class CpuBackend final : public Backend {
   // run as one pass over x rounded once; anything else goes part by part.
   void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) override {
     std::vector<cpu::PanelPart> panel_parts;
+    const bool panels = runs_panel_kernels(active_isa());
     for (const ops::MatmulPart& p : parts) {
-      if (active_isa() != Isa::kAvx512 || !has_avx512_vnni() || p.qw == nullptr ||
-          p.qw->layout != AffineLayout::kPanels16 || p.qw->spec.group_size != parts[0].qw->spec.group_size) {
+      if (!panels || p.qw == nullptr || p.qw->layout != AffineLayout::kPanels16 ||
+          p.qw->spec.group_size != parts[0].qw->spec.group_size) {
         Backend::matmul_group(ctx, x, parts);
         return;
       }

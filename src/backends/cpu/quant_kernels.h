@@ -28,6 +28,8 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
 // (has_avx512_vnni()). x is rounded to int8 per group (step max|x| / 127); up to
 // kVnniDecodeRows rows of x take the decode kernel, more the register-tiled prefill kernel.
 constexpr int64_t kVnniDecodeRows = 4;
+// Whether kernels of `isa` take 4/8-bit matrices as panels (the CPU backend then loads them so).
+inline bool runs_panel_kernels(Isa isa) { return isa == Isa::kAvx512 && has_avx512_vnni(); }
 void panel_matmul(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y);
 
 // Several panel matrices of the same K and group size times one x (q, k and v; gate and up; o

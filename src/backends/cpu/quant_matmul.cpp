@@ -177,7 +177,7 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
   std::function<void(int64_t, int64_t)> run;
   std::vector<float> xq, xsum;
   int64_t grain_rows = 16;
-  if (w.panels && isa == Isa::kAvx512 && has_avx512_vnni()) {
+  if (w.panels && runs_panel_kernels(isa)) {
     panel_matmul(pool, x, T, w, bias, y);
     return;
   }
