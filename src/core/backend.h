@@ -20,6 +20,9 @@ class Backend {
   // ops::norm_matmul_group. Default: rms_norm into a temporary, then matmul_group.
   virtual void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
                                  std::span<const ops::MatmulPart> parts);
+  // ops::silu_mul_matmul_group. Default: silu_mul into gate, then matmul_group.
+  virtual void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up,
+                                     std::span<const ops::MatmulPart> parts);
   virtual void quantized_matmul(Context&, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) = 0;
   virtual void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) = 0;
   // The matrix on `device` in the layout this backend's kernels read best (done once, at

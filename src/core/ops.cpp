@@ -62,6 +62,12 @@ void Backend::norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& nor
   matmul_group(ctx, normed, parts);
 }
 
+void Backend::silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up,
+                                    std::span<const ops::MatmulPart> parts) {
+  silu_mul(ctx, gate, up, gate);
+  matmul_group(ctx, gate, parts);
+}
+
 void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
 
 Backend& backend_for(Device device) {
@@ -243,6 +249,20 @@ void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, floa
       fail("norm_matmul_group", "a part's output is x");
     }
   backend_on(ctx, "norm_matmul_group", {&x, &norm_w}).norm_matmul_group(ctx, x, norm_w, eps, parts);
+}
+
+void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up, std::span<const MatmulPart> parts) {
+  expect_dtype(gate, DType::kF32, "silu_mul_matmul_group", "gate");
+  expect_dtype(up, DType::kF32, "silu_mul_matmul_group", "up");
+  if (!(gate.rank() == 2 && up.shape() == gate.shape())) {
+    fail("silu_mul_matmul_group", "expected gate and up [T, K]; got " + gate.str() + ", " + up.str());
+  }
+  expect_parts(ctx, gate, parts, "silu_mul_matmul_group");
+  for (const MatmulPart& p : parts)
+    if (!(p.y->raw() != gate.raw() && p.y->raw() != up.raw())) {
+      fail("silu_mul_matmul_group", "a part's output is gate or up");
+    }
+  backend_on(ctx, "silu_mul_matmul_group", {&gate, &up}).silu_mul_matmul_group(ctx, gate, up, parts);
 }
 
 void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) {

@@ -48,10 +48,16 @@ struct MatmulPart {
 void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> parts);
 
 // matmul_group of rms_norm(x, norm_w, eps): x [T, K] f32 (not written), norm_w [K] f32. The
-// layers' norms go through it so that a backend may compute the norm inside its matvecs; the
-// default (every backend for now) runs rms_norm, then matmul_group.
+// layers' norms go through it so that a backend may compute the norm inside its matvecs (the
+// GPU's 4/8-bit decode does, as it rounds x to int8); the default runs rms_norm, then
+// matmul_group.
 void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
                        std::span<const MatmulPart> parts);
+
+// matmul_group of silu(gate) * up: gate, up [T, K] f32. The MLP's down projection goes through
+// it so that a backend may compute the activation inside its matvecs (as norm_matmul_group);
+// the default runs silu_mul into gate, which is therefore scratch, then matmul_group.
+void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up, std::span<const MatmulPart> parts);
 
 // x: [T, K] f32, w: quantized [N, K] (core/quant.h: MLX affine or ggml blocks), bias: [N] f32
 // or undefined -> y: [T, N] f32

@@ -137,10 +137,22 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) const {
   return y;
 }
 
+namespace {
+// The part of a layer that adds its output to y.
+ops::MatmulPart accumulating_part(const Linear& l, Tensor& y) {
+  return l.qweight.defined() ? ops::MatmulPart{nullptr, &l.bias, &y, &l.qweight, true}
+                             : ops::MatmulPart{&l.weight, &l.bias, &y, nullptr, true};
+}
+}  // namespace
+
 void Linear::add_to(Context& ctx, Tensor& y, const Tensor& x) const {
-  const ops::MatmulPart part = qweight.defined() ? ops::MatmulPart{nullptr, &bias, &y, &qweight, true}
-                                                 : ops::MatmulPart{&weight, &bias, &y, nullptr, true};
+  const ops::MatmulPart part = accumulating_part(*this, y);
   ops::matmul_group(ctx, x, std::span<const ops::MatmulPart>(&part, 1));
+}
+
+void Linear::add_silu_mul_to(Context& ctx, Tensor& y, Tensor& gate, const Tensor& up) const {
+  const ops::MatmulPart part = accumulating_part(*this, y);
+  ops::silu_mul_matmul_group(ctx, gate, up, std::span<const ops::MatmulPart>(&part, 1));
 }
 
 std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers,

@@ -12,9 +12,7 @@ GatedMlp GatedMlp::load(const WeightLoader& w, const std::string& prefix, int64_
 
 void GatedMlp::add_to(Context& ctx, Tensor& residual, const RmsNorm& norm) const {
   std::vector<Tensor> gu = Linear::forward_group(ctx, residual, {&gate, &up}, &norm);
-  Tensor& g = gu[0];
-  ops::silu_mul(ctx, g, gu[1], g);
-  down.add_to(ctx, residual, g);
+  down.add_silu_mul_to(ctx, residual, gu[0], gu[1]);
 }
 
 }  // namespace hearth

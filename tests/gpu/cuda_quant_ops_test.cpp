@@ -250,6 +250,63 @@ TEST(CudaOps, QuantizedMatmulGroupGivesEachPartItsOwnMatmul) {
   }
 }
 
+// The 4/8-bit decode computes the layers' norm (norm_matmul_group) and the MLP's activation
+// (silu_mul_matmul_group) as it rounds x to int8: the same bits as the op alone and then the
+// group, for rows whose groups do and do not fill the preparation's blocks of 8 (K = 4096 and
+// 4160 at groups of 64), with a part that accumulates; and 4 with 3 bits, which the integer
+// kernels do not take in one launch (the ops run in turn).
+TEST(CudaOps, QuantizedMatvecTakesTheNormAndTheActivation) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(17);
+  Context ctx = gpu_ctx();
+  const std::array<int64_t, 2> rows = {96, 40};
+  for (int64_t K : {4096, 4160}) {
+    for (const auto [bits0, bits1] : std::vector<std::array<int, 2>>{{4, 4}, {8, 8}, {4, 3}}) {
+      std::vector<QuantizedMatrix> w;
+      std::vector<Tensor> bias;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const std::vector<float> values = random_floats(rng, size_t(rows[i] * K));
+        w.push_back(on_gpu(affine_quantize(Tensor::from_f32({rows[i], K}, values.data()),
+                                           QuantSpec{i == 0 ? bits0 : bits1, 64}, DType::kBF16)));
+        bias.push_back(on_gpu({rows[i]}, random_floats(rng, size_t(rows[i]))));
+      }
+      for (int64_t T : {1, 3}) {
+        const std::vector<float> y0 = random_floats(rng, size_t(T * rows[1]));
+        // Part 1 accumulates into y0.
+        auto outputs = [&] {
+          return std::vector<Tensor>{Tensor::empty({T, rows[0]}, DType::kF32, kGpu), on_gpu({T, rows[1]}, y0)};
+        };
+        auto parts_of = [&](std::vector<Tensor>& y) {
+          return std::vector<ops::MatmulPart>{{nullptr, &bias[0], &y[0], &w[0]},
+                                              {nullptr, &bias[1], &y[1], &w[1], true}};
+        };
+        const std::string what = std::to_string(bits0) + "+" + std::to_string(bits1) + "-bit K=" + std::to_string(K) +
+                                 " T=" + std::to_string(T);
+        // The norm.
+        const Tensor x = on_gpu({T, K}, random_floats(rng, size_t(T * K), -3.0f, 3.0f));
+        const Tensor norm_w = on_gpu({K}, random_floats(rng, size_t(K)));
+        std::vector<Tensor> fused = outputs(), apart = outputs();
+        ops::norm_matmul_group(ctx, x, norm_w, 1e-5f, parts_of(fused));
+        Tensor normed = Tensor::empty({T, K}, DType::kF32, kGpu);
+        ops::rms_norm(ctx, x, norm_w, 1e-5f, normed);
+        ops::matmul_group(ctx, normed, parts_of(apart));
+        for (size_t i = 0; i < rows.size(); ++i)
+          EXPECT_EQ(to_host<float>(fused[i]), to_host<float>(apart[i])) << "norm, " << what << ", part " << i;
+        // The activation (gate is scratch to both).
+        const std::vector<float> gate = random_floats(rng, size_t(T * K), -4.0f, 4.0f);
+        const Tensor up = on_gpu({T, K}, random_floats(rng, size_t(T * K)));
+        fused = outputs(), apart = outputs();
+        Tensor g_fused = on_gpu({T, K}, gate), g_apart = on_gpu({T, K}, gate);
+        ops::silu_mul_matmul_group(ctx, g_fused, up, parts_of(fused));
+        ops::silu_mul(ctx, g_apart, up, g_apart);
+        ops::matmul_group(ctx, g_apart, parts_of(apart));
+        for (size_t i = 0; i < rows.size(); ++i)
+          EXPECT_EQ(to_host<float>(fused[i]), to_host<float>(apart[i])) << "silu, " << what << ", part " << i;
+      }
+    }
+  }
+}
+
 TEST(CudaOps, QuantizedEmbeddingDequantizesRowsExactly) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(11);

@@ -111,6 +111,37 @@ TEST(ops_checks, NormMatmulGroupChecksAndIsTheNormThenTheMatmuls) {
       {"norm_matmul_group", "output is x"});
 }
 
+// silu_mul_matmul_group: silu_mul, then the group (gate is scratch); refused shapes and outputs.
+TEST(ops_checks, SiluMulMatmulGroupIsSiluMulThenTheGroup) {
+  Context ctx;
+  const std::vector<float> gv = {1, -2, 3, 0.5f, 4, 1, -1, 2}, uv = {0.5f, 1, -1, 2, 1, 1, 3, -2};
+  const std::vector<float> wv = {1, 2, 3, 4, -1, 0, 1, 2};
+  Tensor gate = Tensor::from_f32({2, 4}, gv.data()), act = Tensor::from_f32({2, 4}, gv.data());
+  const Tensor up = Tensor::from_f32({2, 4}, uv.data()), w = Tensor::from_f32({2, 4}, wv.data()), none;
+  Tensor y = f32({2, 2}), want = f32({2, 2});
+  const ops::MatmulPart part{&w, &none, &y};
+  ops::silu_mul_matmul_group(ctx, gate, up, {&part, 1});
+  ops::silu_mul(ctx, act, up, act);
+  ops::matmul(ctx, act, w, none, want);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(y.data<float>()[i], want.data<float>()[i]) << i;
+  expect_input_error(
+      [&] {
+        ops::silu_mul_matmul_group(ctx, gate, f32({4, 2}), {&part, 1});
+      },
+      {"silu_mul_matmul_group", "[2, 4]", "[4, 2]"});
+  Tensor y_bad = f32({2, 3});
+  const ops::MatmulPart bad{&w, &none, &y_bad};
+  expect_input_error([&] { ops::silu_mul_matmul_group(ctx, gate, up, {&bad, 1}); }, {"[2, 2]", "[2, 3]"});
+  Tensor square = f32({2, 2});
+  const Tensor w2 = f32({2, 2});
+  const ops::MatmulPart onto_gate{&w2, &none, &square};
+  expect_input_error(
+      [&] {
+        ops::silu_mul_matmul_group(ctx, square, f32({2, 2}), {&onto_gate, 1});
+      },
+      {"silu_mul_matmul_group", "output is gate"});
+}
+
 TEST(ops_checks, ElementwiseAndNormShapes) {
   Context ctx;
   Tensor a = f32({3, 8});

@@ -63,31 +63,74 @@ class CudaBackend final : public Backend {
   // for all parts (quantized ones of different shapes split in quantized_matvec_group).
   void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) override {
     const int64_t T = x.dim(0);
-    const bool decode = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
-    bool dense = decode, affine = decode;
-    for (const ops::MatmulPart& p : parts) {
-      dense = dense && p.qw == nullptr && p.w->dtype() == parts[0].w->dtype();
-      affine = affine && p.qw != nullptr && !p.qw->is_ggml();
-    }
-    auto bias_of = [](const ops::MatmulPart& p) { return p.bias->defined() ? p.bias->data<float>() : nullptr; };
+    bool dense = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
+    for (const ops::MatmulPart& p : parts) dense = dense && p.qw == nullptr && p.w->dtype() == parts[0].w->dtype();
     if (dense) {
       std::array<MatvecPart, kMaxMatvecParts> launch{};
-      for (size_t i = 0; i < parts.size(); ++i)
-        launch[i] = {parts[i].w->raw(), bias_of(parts[i]), parts[i].y->data<float>(), parts[i].w->dim(0),
-                     parts[i].accumulate};
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const ops::MatmulPart& p = parts[i];
+        launch[i] = {p.w->raw(), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(), p.w->dim(0),
+                     p.accumulate};
+      }
       return cuda::matvec_group(use_device(ctx.device), x.data<float>(), T, x.dim(1), parts[0].w->dtype(),
                                 launch.data(), static_cast<int>(parts.size()));
     }
-    if (affine) {
-      std::array<QuantPart, kMaxMatvecParts> launch{};
-      for (size_t i = 0; i < parts.size(); ++i)
-        launch[i] = {affine_args(*parts[i].qw), bias_of(parts[i]), parts[i].y->data<float>(), parts[i].accumulate};
-      Tensor scratch = Tensor::empty({quantized_scratch_bytes(T, parts[0].qw->rows, x.dim(1))}, DType::kU8, ctx.device);
-      return cuda::quantized_matvec_group(use_device(ctx.device), x.data<float>(), T, launch.data(),
-                                          static_cast<int>(parts.size()), scratch.raw());
+    if (takes_integer_decode(x, parts)) {
+      AffineLaunch L(ctx, x, parts);
+      return cuda::quantized_matvec_group(use_device(ctx.device), x.data<float>(), T, L.parts.data(), L.n,
+                                          L.scratch.raw());
     }
     Backend::matmul_group(ctx, x, parts);
   }
+
+  // 4/8-bit decode rows: the norm computed as x is rounded to int8 (prepared_x.cuh), one launch
+  // fewer per layer; else the default (rms_norm, then matmul_group).
+  void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                         std::span<const ops::MatmulPart> parts) override {
+    if (takes_integer_decode(x, parts)) {
+      AffineLaunch L(ctx, x, parts);
+      const XSource src{x.data<float>(), nullptr, norm_w.data<float>(), eps};
+      if (cuda::quantized_matvec_group(use_device(ctx.device), src, x.dim(0), L.parts.data(), L.n, L.scratch.raw()))
+        return;
+    }
+    Backend::norm_matmul_group(ctx, x, norm_w, eps, parts);
+  }
+
+  // The same for silu(gate) * up, the MLP's down projection.
+  void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up,
+                             std::span<const ops::MatmulPart> parts) override {
+    if (takes_integer_decode(gate, parts)) {
+      AffineLaunch L(ctx, gate, parts);
+      const XSource src{gate.data<float>(), up.data<float>()};
+      if (cuda::quantized_matvec_group(use_device(ctx.device), src, gate.dim(0), L.parts.data(), L.n, L.scratch.raw()))
+        return;
+    }
+    Backend::silu_mul_matmul_group(ctx, gate, up, parts);
+  }
+
+  // Decode rows through MLX affine matrices only (quantized_matvec_group may still refuse them).
+  static bool takes_integer_decode(const Tensor& x, std::span<const ops::MatmulPart> parts) {
+    const int64_t T = x.dim(0);
+    if (!(T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts)) return false;
+    for (const ops::MatmulPart& p : parts)
+      if (p.qw == nullptr || p.qw->is_ggml()) return false;
+    return true;
+  }
+
+  // The kernels' view of affine parts of x, with the scratch their x preparation needs.
+  struct AffineLaunch {
+    std::array<QuantPart, kMaxMatvecParts> parts{};
+    int n;
+    Tensor scratch;
+    AffineLaunch(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> ps) : n(static_cast<int>(ps.size())) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const ops::MatmulPart& p = ps[i];
+        parts[i] = {affine_args(*p.qw), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(),
+                    p.accumulate};
+      }
+      scratch = Tensor::empty({quantized_scratch_bytes(x.dim(0), ps[0].qw->rows, x.dim(1))}, DType::kU8, ctx.device);
+    }
+  };
 
   static GgmlArgs ggml(const QuantizedMatrix& w, const char* op) {
     if (!ggml_has_kernels(w.ggml_type))

@@ -227,7 +227,7 @@ __global__ void q6_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
 template <int kT>
 void k_quant_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
                   void* scratch) {
-  const PreparedX px = prepare_x<8>(s, x, T, w.K, 32, scratch);
+  const PreparedX px = prepare_x<8>(s, XSource{x}, T, w.K, 32, scratch);
   launch_kernel(w.type == GgmlType::kQ4_K ? q4_k_dp4a_kernel<kT> : q6_k_dp4a_kernel<kT>,
                 blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
 }

@@ -118,6 +118,20 @@ struct QuantPart {
   bool accumulate = false;
 };
 void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const QuantPart* parts, int n, void* scratch);
+// What the matvec's x is made from: x itself, or the op before the matvec computed on the way
+// (saving that op's launch): silu(x) * up (the MLP's down projection), or rms_norm(x) with
+// norm_w and eps (the layers' input norms). Both exactly as their own kernels compute them
+// (activation.cu, rms_norm.cu), so the matvec sees the same bits either way.
+struct XSource {
+  const float* x;
+  const float* up = nullptr;
+  const float* norm_w = nullptr;
+  float eps = 0.0f;
+};
+// quantized_matvec_group of x made from src, where all parts go through the integer kernels in
+// one launch; false, launching nothing, where they do not.
+bool quantized_matvec_group(cudaStream_t s, const XSource& src, int64_t T, const QuantPart* parts, int n,
+                            void* scratch);
 // Decode: x rounded to int8 ([T, K]) with a scale and a sum per group of at least 32 values;
 // prefill: the dense bf16 matrix and x in bf16.
 inline int64_t quantized_scratch_bytes(int64_t T, int64_t N, int64_t K) {

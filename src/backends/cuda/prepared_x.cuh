@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/reduce.cuh"
 
@@ -39,41 +40,70 @@ __device__ inline int64_t xq_index(int64_t k) {
   }
 }
 
-// One warp per (row t, group g) of x: [T, K]; 4-bit codes take each 8 values' even then odd ones
-// (xq_index), others natural order.
+// Grid (ceil(G / kPrepareWarps), T): warp w of block (b, t) takes group b * kPrepareWarps + w of
+// row t of x: [T, K]. 4-bit codes take each 8 values' even then odd ones (xq_index), others
+// natural order. With a norm, every block first sums the squares of its whole row, as the
+// norm's own kernel does (the same threads, kRowThreads, in the same tree), so each group is
+// normalized with the same factor.
 template <int kBits>
-__global__ void prepare_x_kernel(const float* x, int64_t T, int64_t K, int group_size, PreparedX out) {
+__global__ void prepare_x_kernel(XSource src, int64_t K, int group_size, PreparedX out) {
   wait_for_previous();
-  const int64_t G = K / group_size, at = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
+  const int64_t G = K / group_size, t = blockIdx.y,
+                g = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (at >= T * G) return;
-  const int64_t t = at / G, first = t * K + (at % G) * group_size;
+  const float* xr = src.x + t * K;
+  float inv = 1.0f;
+  if (src.norm_w != nullptr) {
+    float ss = 0.0f;
+    if (K % 4 == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
+      const float4* x4 = reinterpret_cast<const float4*>(xr);
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < K / 4; i += kRowThreads) {
+        const float4 v = x4[i];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < K; i += kRowThreads) ss += xr[i] * xr[i];
+    }
+    inv = 1.0f / sqrtf(block_reduce<false>(ss) / static_cast<float>(K) + src.eps);
+  }
+  if (g >= G) return;
+  const int64_t first = g * group_size;
+  auto value = [&](int64_t k) {
+    const float v = xr[k];
+    if (src.up != nullptr) return v / (1.0f + expf(-v)) * src.up[t * K + k];
+    if (src.norm_w != nullptr) return src.norm_w[k] * (v * inv);
+    return v;
+  };
   float m = 0.0f, sum = 0.0f;
   for (int k = lane; k < group_size; k += 32) {
-    const float v = x[first + k];
+    const float v = value(first + k);
     m = fmaxf(m, fabsf(v));
     sum += v;
   }
   m = warp_max(m);
   sum = warp_sum(sum);
-  const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+  const float scale = m > 0.0f ? 127.0f / m : 0.0f;
+  int8_t* q = out.q + t * K + first;
   for (int k = lane; k < group_size; k += 32) {
     // Round to nearest even, as the CPU's conversion does (no fused multiply-add before it).
-    out.q[first + xq_index<kBits>(k)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(x[first + k], inv)));
+    q[xq_index<kBits>(k)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(value(first + k), scale)));
   }
   if (lane == 0) {
-    out.dx[at] = m / 127.0f;
-    out.sum[at] = sum;
+    out.dx[t * G + g] = m / 127.0f;
+    out.sum[t * G + g] = sum;
   }
 }
 
-// Queues prepare_x_kernel for x: [T, K] into scratch; returns where it lands.
+static_assert(kPrepareWarps * 32 == kRowThreads, "a block sums a row's squares as the norm kernel does");
+
+// Queues prepare_x_kernel for src ([T, K] values) into scratch; returns where it lands.
 template <int kBits>
-PreparedX prepare_x(cudaStream_t s, const float* x, int64_t T, int64_t K, int group_size, void* scratch) {
+PreparedX prepare_x(cudaStream_t s, const XSource& src, int64_t T, int64_t K, int group_size, void* scratch) {
   const PreparedX px = prepared_x(scratch, T, K, group_size);
-  const int64_t groups = T * (K / group_size);
-  launch_kernel(prepare_x_kernel<kBits>, static_cast<unsigned>((groups + kPrepareWarps - 1) / kPrepareWarps),
-                kPrepareWarps * 32, 0, s, x, T, K, group_size, px);
+  const int64_t G = K / group_size;
+  const dim3 grid(static_cast<unsigned>((G + kPrepareWarps - 1) / kPrepareWarps), static_cast<unsigned>(T));
+  launch_kernel(prepare_x_kernel<kBits>, grid, kPrepareWarps * 32, 0, s, src, K, group_size, px);
   return px;
 }
 

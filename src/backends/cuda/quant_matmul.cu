@@ -336,7 +336,7 @@ bool shares_round_params(const QuantLaunch& L, int bits, int64_t resident) {
 }
 
 template <int kBits, typename S>
-void matvec_dp4a(cudaStream_t s, const float* x, int64_t T, const QuantLaunch& L, void* scratch) {
+void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch& L, void* scratch) {
   const QuantArgs& w = L.part[0].w;
   const PreparedX px = prepare_x<kBits>(s, x, T, w.K, w.group_size, scratch);
   const unsigned blocks = blocks_for(L.first[L.n], kWarpsPerBlock * kRowsPerWarp<kBits>);
@@ -353,7 +353,7 @@ void matvec_dp4a(cudaStream_t s, const float* x, int64_t T, const QuantLaunch& L
 }
 
 template <typename S>
-void matvec_dp4a(cudaStream_t s, const float* x, int64_t T, const QuantLaunch& L, void* scratch) {
+void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch& L, void* scratch) {
   if (L.part[0].w.bits == 4) {
     matvec_dp4a<4, S>(s, x, T, L, scratch);
   } else {
@@ -457,7 +457,8 @@ int64_t quantized_matmul_scratch_bytes(int64_t T, const QuantArgs& w) {
   return T > kMatvecRows && takes_quant_gemm(T, w) ? 2 * T * w.K : quantized_scratch_bytes(T, w.N, w.K);
 }
 
-void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const QuantPart* parts, int n, void* scratch) {
+bool quantized_matvec_group(cudaStream_t s, const XSource& src, int64_t T, const QuantPart* parts, int n,
+                            void* scratch) {
   HEARTH_CHECK(T >= 1 && T <= kMatvecRows && n >= 1 && n <= kMaxMatvecParts);
   const QuantArgs& w0 = parts[0].w;
   bool together = dp4a_fits(w0);
@@ -466,30 +467,31 @@ void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const Qua
     together = together && dp4a_fits(w) && w.K == w0.K && w.bits == w0.bits && w.group_size == w0.group_size &&
                w.scale_type == w0.scale_type;
   }
-  if (!together) {
-    // One launch per matrix: the integer kernels where they fit, else per element.
-    for (int i = 0; i < n; ++i) {
-      const QuantPart& p = parts[i];
-      if (dp4a_fits(p.w)) {
-        quantized_matvec_group(s, x, T, &p, 1, scratch);
-        continue;
-      }
-      with_rows(T, [&]<int kT>() { matvec_elements<kT>(s, p, x); });
-    }
-    return;
-  }
+  if (!together) return false;
   QuantLaunch L{};
   L.n = n;
   for (int i = 0; i < n; ++i) {
     L.part[i] = parts[i];
     L.first[i + 1] = L.first[i] + parts[i].w.N;
   }
-  if (L.first[n] == 0) return;
+  if (L.first[n] == 0) return true;
   // Scales and biases of their own type: no branch between a load and its use.
   switch (w0.scale_type) {
-    case DType::kBF16: matvec_dp4a<__nv_bfloat16>(s, x, T, L, scratch); break;
-    case DType::kF16: matvec_dp4a<__half>(s, x, T, L, scratch); break;
-    default: matvec_dp4a<float>(s, x, T, L, scratch); break;
+    case DType::kBF16: matvec_dp4a<__nv_bfloat16>(s, src, T, L, scratch); break;
+    case DType::kF16: matvec_dp4a<__half>(s, src, T, L, scratch); break;
+    default: matvec_dp4a<float>(s, src, T, L, scratch); break;
+  }
+  return true;
+}
+
+void quantized_matvec_group(cudaStream_t s, const float* x, int64_t T, const QuantPart* parts, int n, void* scratch) {
+  if (quantized_matvec_group(s, XSource{x}, T, parts, n, scratch)) return;
+  // One launch per matrix: the integer kernels where they fit, else per element.
+  for (int i = 0; i < n; ++i) {
+    const QuantPart& p = parts[i];
+    if (!quantized_matvec_group(s, XSource{x}, T, &p, 1, scratch)) {
+      with_rows(T, [&]<int kT>() { matvec_elements<kT>(s, p, x); });
+    }
   }
 }
 
