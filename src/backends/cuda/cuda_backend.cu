@@ -87,25 +87,24 @@ class CudaBackend final : public Backend {
   // fewer per layer; else the default (rms_norm, then matmul_group).
   void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
                          std::span<const ops::MatmulPart> parts) override {
-    if (takes_integer_decode(x, parts)) {
-      AffineLaunch L(ctx, x, parts);
-      const XSource src{x.data<float>(), nullptr, norm_w.data<float>(), eps};
-      if (cuda::quantized_matvec_group(use_device(ctx.device), src, x.dim(0), L.parts.data(), L.n, L.scratch.raw()))
-        return;
-    }
-    Backend::norm_matmul_group(ctx, x, norm_w, eps, parts);
+    const XSource src{x.data<float>(), nullptr, norm_w.data<float>(), eps};
+    if (!integer_decode(ctx, x, src, parts)) Backend::norm_matmul_group(ctx, x, norm_w, eps, parts);
   }
 
   // The same for silu(gate) * up, the MLP's down projection.
   void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up,
                              std::span<const ops::MatmulPart> parts) override {
-    if (takes_integer_decode(gate, parts)) {
-      AffineLaunch L(ctx, gate, parts);
-      const XSource src{gate.data<float>(), up.data<float>()};
-      if (cuda::quantized_matvec_group(use_device(ctx.device), src, gate.dim(0), L.parts.data(), L.n, L.scratch.raw()))
-        return;
-    }
-    Backend::silu_mul_matmul_group(ctx, gate, up, parts);
+    if (!integer_decode(ctx, gate, XSource{gate.data<float>(), up.data<float>()}, parts))
+      Backend::silu_mul_matmul_group(ctx, gate, up, parts);
+  }
+
+  // The parts of x (its shape; its values made from src) in one launch of the integer decode
+  // kernels; false, launching nothing, where they do not take them.
+  static bool integer_decode(Context& ctx, const Tensor& x, const XSource& src,
+                             std::span<const ops::MatmulPart> parts) {
+    if (!takes_integer_decode(x, parts)) return false;
+    AffineLaunch L(ctx, x, parts);
+    return cuda::quantized_matvec_group(use_device(ctx.device), src, x.dim(0), L.parts.data(), L.n, L.scratch.raw());
   }
 
   // Decode rows through MLX affine matrices only (quantized_matvec_group may still refuse them).

@@ -52,21 +52,10 @@ __global__ void prepare_x_kernel(XSource src, int64_t K, int group_size, Prepare
                 g = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const float* xr = src.x + t * K;
-  float inv = 1.0f;
-  if (src.norm_w != nullptr) {
-    float ss = 0.0f;
-    if (K % 4 == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
-      const float4* x4 = reinterpret_cast<const float4*>(xr);
-#pragma unroll 4
-      for (int64_t i = threadIdx.x; i < K / 4; i += kRowThreads) {
-        const float4 v = x4[i];
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-      }
-    } else {
-      for (int64_t i = threadIdx.x; i < K; i += kRowThreads) ss += xr[i] * xr[i];
-    }
-    inv = 1.0f / sqrtf(block_reduce<false>(ss) / static_cast<float>(K) + src.eps);
-  }
+  // rms_norm.cu reads float4s where x, the weight and y are aligned; here there is no y.
+  const bool vec4 =
+      K % 4 == 0 && (reinterpret_cast<uintptr_t>(src.x) | reinterpret_cast<uintptr_t>(src.norm_w)) % 16 == 0;
+  const float inv = src.norm_w != nullptr ? inverse_rms(xr, K, src.eps, vec4) : 1.0f;
   if (g >= G) return;
   const int64_t first = g * group_size;
   auto value = [&](int64_t k) {

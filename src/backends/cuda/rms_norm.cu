@@ -12,9 +12,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t d, float
   wait_for_previous();
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss += xr[i] * xr[i];
-  const float inv = 1.0f / sqrtf(block_reduce<false>(ss) / static_cast<float>(d) + eps);
+  const float inv = inverse_rms(xr, d, eps, false);
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) yr[i] = w[i] * (xr[i] * inv);
 }
 
@@ -26,13 +24,7 @@ __global__ void rms_norm4_kernel(const float* x, const float* w, int64_t d, floa
   float4* yr = reinterpret_cast<float4*>(y + blockIdx.x * d);
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const int64_t n = d / 4;
-  float ss = 0.0f;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
-    const float4 v = xr[i];
-    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-  }
-  const float inv = 1.0f / sqrtf(block_reduce<false>(ss) / static_cast<float>(d) + eps);
+  const float inv = inverse_rms(x + blockIdx.x * d, d, eps, true);
 #pragma unroll 4
   for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
     const float4 v = xr[i], g = w4[i];
