@@ -9,8 +9,9 @@
 // anything (an early start must neither read an input too soon nor overwrite one still being
 // read), and calls it even when it has nothing to do, so that the kernel ends only after its
 // predecessor has (the next kernel's wait covers all the earlier ones). Before the wait a kernel
-// may only touch memory no kernel writes (weights), and only to prefetch it into L2, which is
-// coherent.
+// may only ask L2 for memory (a prefetch reads nothing into the kernel, and L2 is coherent), and
+// read what it needs to choose the addresses, where a stale value costs a useless prefetch, never
+// a wrong result.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,11 +36,12 @@ __device__ inline void wait_for_previous() {
 // would not fit: every resident warp asking for its row is 8448 warps x 28 KiB for the down
 // projection against a 50 MB L2, and read the big matrices ~30% slower (bench/RESULTS.md).
 constexpr int64_t kRowHeadBytes = 2048;
+__device__ inline void prefetch_line(uintptr_t line) { asm volatile("prefetch.global.L2 [%0];" ::"l"(line)); }
 __device__ inline void prefetch_row_head(const void* p, int64_t bytes, int lane) {
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(min(bytes, kRowHeadBytes));
   const uintptr_t line = first + static_cast<uintptr_t>(lane) * 128;
-  if (line < end) asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  if (line < end) prefetch_line(line);
 }
 
 // kernel<<<grid, block, shared, s>>>(args...) in clusters of `cluster` blocks along x (1: no
