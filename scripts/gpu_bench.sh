@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# GPU benchmarks on a machine like the `device` one (CUDA, no build dependencies), with the
+# binaries of `scripts/gpu_test.sh pack` carried as .gpu-pack.tar.xz. Decode numbers move by a
+# percent between machines and calls, so a change is judged against its base on one warm
+# machine, the two alternating (bench/RESULTS.md says why `hearth bench` and not the op bench).
+#   scripts/gpu_bench.sh base REV          here: builds hearth at REV in a worktree and packs it
+#                                          as .gpu-base.tar.xz (carry it with the pack)
+#   scripts/gpu_bench.sh models            there: random Llama-3-8B shapes in /tmp: l8 (bf16),
+#                                          l8q4 and l8q8 (MLX affine, groups of 64); ~2 min
+#   scripts/gpu_bench.sh ab [MODEL...]     there: .gpu-base.tar.xz's hearth against the pack's,
+#                                          tg128, two rounds (default models: l8q4 l8)
+#   scripts/gpu_bench.sh knob NAME [MODEL...]
+#                                          there: the pack's hearth with NAME=0 and NAME=1
+#   scripts/gpu_bench.sh ncu [REGEX]       there: Nsight Compute, one launch of each launch
+#                                          configuration of the kernels matching REGEX in
+#                                          `cuda_ops_bench --rows 1 --context 512`
+# Extra `hearth bench` flags come from BENCH_FLAGS (e.g. "--prompt-tokens 8192 --reps 1").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pack=$PWD/.gpu-pack
+
+# One `hearth bench` of BINARY on MODEL: its tg line, labelled.
+bench() {
+  local label=$1 binary=$2 model=$3
+  # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+  echo "$label $(basename "$model"): $("$binary" bench "$model" --no-record ${BENCH_FLAGS:---reps 2} 2>&1 |
+    grep -E '^tg[0-9]+' | tr -s ' ')"
+}
+
+models_or_default() {
+  if [ $# -gt 0 ]; then printf '%s\n' "$@"; else printf '%s\n' /tmp/l8q4 /tmp/l8; fi
+}
+
+there() {
+  eval "$(bash scripts/gpu_test.sh env)"
+  [ -x "$pack/hearth" ] || { echo "$pack/hearth missing: carry .gpu-pack.tar.xz" >&2; exit 1; }
+}
+
+case "${1:-}" in
+  base)
+    rev=${2:?usage: $0 base REV}
+    tree=$(mktemp -d)/base
+    git worktree add -q --detach "$tree" "$rev"
+    (cd "$tree" && cmake --preset release >/dev/null && cmake --build --preset release --target hearth >/dev/null)
+    strip "$tree/build/hearth"
+    tar -cJf .gpu-base.tar.xz -C "$tree/build" hearth
+    git worktree remove --force "$tree"
+    du -h .gpu-base.tar.xz
+    ;;
+  models)
+    there
+    [ -d /tmp/l8 ] || "$pack/make_random_model" /tmp/l8 --preset llama-3-8b | tail -1
+    for bits in 4 8; do
+      [ -d /tmp/l8q$bits ] ||
+        "$pack/hearth" convert /tmp/l8 -q --q-bits $bits --q-group-size 64 --mlx-path /tmp/l8q$bits | tail -1
+    done
+    ;;
+  ab)
+    there
+    shift
+    [ -f .gpu-base.tar.xz ] || { echo ".gpu-base.tar.xz missing: run '$0 base REV' here and carry it" >&2; exit 1; }
+    rm -rf .gpu-base && mkdir .gpu-base && tar -xJf .gpu-base.tar.xz -C .gpu-base
+    mapfile -t models < <(models_or_default "$@")
+    for round in 1 2; do
+      for model in "${models[@]}"; do
+        bench "base r$round" "$PWD/.gpu-base/hearth" "$model"
+        bench "new  r$round" "$pack/hearth" "$model"
+      done
+    done
+    ;;
+  knob)
+    there
+    name=${2:?usage: $0 knob NAME [MODEL...]}
+    shift 2
+    mapfile -t models < <(models_or_default "$@")
+    for round in 1 2; do
+      for model in "${models[@]}"; do
+        for value in 0 1; do
+          export "$name=$value"
+          bench "$name=$value r$round" "$pack/hearth" "$model"
+        done
+        unset "$name"
+      done
+    done
+    ;;
+  ncu)
+    there
+    regex=${2:-matvec|attention_decode|attention_merge|prepare_x}
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu on this machine" >&2; exit 1; }
+    "$ncu" --kernel-name "regex:$regex" --filter-mode per-launch-config --launch-count 1 \
+      --cache-control none --clock-control none \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+      "$pack/cuda_ops_bench" --rows 1 --context 512 2>&1 |
+      grep -E '^  [a-z_].*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued'
+    ;;
+  *)
+    echo "usage: $0 base REV | models | ab [MODEL...] | knob NAME [MODEL...] | ncu [REGEX]" >&2
+    exit 2
+    ;;
+esac
