@@ -45,6 +45,7 @@ case "${1:-}" in
     strip "$tree/build/hearth"
     tar -cJf .gpu-base.tar.xz -C "$tree/build" hearth
     git worktree remove --force "$tree"
+    rmdir "$(dirname "$tree")"
     du -h .gpu-base.tar.xz
     ;;
   models)

@@ -53,13 +53,9 @@ __device__ void attend(const AttentionArgs& a, int64_t t, int64_t h, const RowPl
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  auto row_of = [&](int64_t j) {
-    const int64_t b = a.block_tables[p.seq * a.max_blocks + j / a.block_size];
-    return (b * a.block_size + j % a.block_size) * a.Hkv + kv_head;
-  };
   for (int64_t j = begin + 2 * warp; j < end; j += 2 * kWarps) {
     const bool two = j + 1 < end;
-    const int64_t r0 = row_of(j) * a.Dh, r1 = two ? row_of(j + 1) * a.Dh : r0;
+    const int64_t r0 = cache_row(a, p.seq, j, kv_head, a.Dh), r1 = two ? cache_row(a, p.seq, j + 1, kv_head, a.Dh) : r0;
     // K and V of both positions loaded before any reduction: one round trip to memory, not two.
     T kr0[kMaxDimsPerLane], kr1[kMaxDimsPerLane], vr0[kMaxDimsPerLane], vr1[kMaxDimsPerLane];
 #pragma unroll
@@ -180,10 +176,6 @@ __global__ void attention_tile_kernel(AttentionArgs a) {
       for (int d = 0; d < kMaxDimsPerLane / 2; ++d) acc[i][d] = 0.0f;
     }
     const int64_t last_c = first.c + (seg_end - 1 - seg);  // the run's last row sees the most
-    auto cache_row = [&](int64_t j) {
-      const int64_t b = a.block_tables[first.seq * a.max_blocks + j / a.block_size];
-      return ((b * a.block_size + j % a.block_size) * a.Hkv + kv_head) * Dh;
-    };
     constexpr int kKeysPerWarp = kChunk / kTileWarps;
     for (int64_t j0 = first.lo; j0 <= last_c; j0 += kChunk) {
       // Warp w stages keys j0 + 8w ... j0 + 8w + 7, lane i their dims i, i + 32, ...: the block
@@ -192,7 +184,7 @@ __global__ void attention_tile_kernel(AttentionArgs a) {
 #pragma unroll
       for (int u = 0; u < kKeysPerWarp; ++u) {
         const int64_t j = j0 + warp * kKeysPerWarp + u;
-        rows[u] = j <= last_c ? cache_row(j) : -1;
+        rows[u] = j <= last_c ? cache_row(a, first.seq, j, kv_head, Dh) : -1;
       }
       float kr[kKeysPerWarp][kTileMaxDh / 32], vr[kKeysPerWarp][kTileMaxDh / 32];
 #pragma unroll
@@ -315,8 +307,7 @@ __device__ inline void prefetch_first_round(const AttentionArgs& a, const RowPla
                                             const SplitRange& r) {
   const int64_t j = r.begin + threadIdx.x;
   if (j >= r.end) return;
-  const int64_t b = a.block_tables[p.seq * a.max_blocks + j / a.block_size];
-  const int64_t row = ((b * a.block_size + j % a.block_size) * a.Hkv + kv_head) * kDh;
+  const int64_t row = cache_row(a, p.seq, j, kv_head, kDh);
   const auto k = reinterpret_cast<uintptr_t>(static_cast<const T*>(a.k_cache) + row);
   const auto v = reinterpret_cast<uintptr_t>(static_cast<const T*>(a.v_cache) + row);
 #pragma unroll
@@ -368,8 +359,7 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
     const int64_t j = j0 + lane;
     int64_t row = 0;
     if (mine) {
-      const int64_t b = a.block_tables[p.seq * a.max_blocks + j / a.block_size];
-      row = ((b * a.block_size + j % a.block_size) * a.Hkv + kv_head) * kDh;
+      row = cache_row(a, p.seq, j, kv_head, kDh);
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) copy16_async(&vs[warp][lane][i * kPer], v_cache + row + i * kPer);
     }

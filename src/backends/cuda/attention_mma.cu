@@ -71,8 +71,7 @@ __global__ void attention_mma_kernel(AttentionArgs a) {
         T* kd = &ks[key][piece * 8];
         T* vd = &vs[key][piece * 8];
         if (j <= key_hi) {
-          const int64_t b = a.block_tables[first.seq * a.max_blocks + j / a.block_size];
-          const int64_t at = ((b * a.block_size + j % a.block_size) * a.Hkv + kv_head) * kDh + piece * 8;
+          const int64_t at = cache_row(a, first.seq, j, kv_head, kDh) + piece * 8;
           copy16_async(kd, k_cache + at);
           copy16_async(vd, v_cache + at);
         } else {  // past the run's keys: zeros, never a stale value (0 * NaN is NaN)
