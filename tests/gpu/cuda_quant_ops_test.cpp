@@ -139,8 +139,8 @@ TEST(CudaOps, QuantizedMatvecTakesLongAndManyRows) {
   }
 }
 
-// One row of x through rows of one round of 32 to 128 loads, at least 1.5x as many rows as the
-// GPU holds warps of the kernel at once (an H200 holds 3696): the kernel whose lanes share each
+// One row of x through rows of one round of 32 to 128 loads, at least as many rows as the GPU
+// holds warps of the kernel at once (an H200 holds 4224): the kernel whose lanes share each
 // round's scales and biases by shuffle. A full round (K = 1024 in 8 bits: 64 loads) and one partly
 // past the end (K = 3072 in 4 bits: 96 loads; in 8 bits it is two rounds, the other kernel, not
 // run); 1, 2 and 4 loads per group (8 bits in groups of 128 take the other kernel); bf16 and f16

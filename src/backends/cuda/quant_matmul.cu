@@ -41,6 +41,11 @@ namespace {
 // Blocks of 4 warps (a warp per row): a block leaves the SM when its slowest warp is done, and
 // smaller blocks let the next ones in sooner (q4 gate+up 30.7 -> 29.5 us against 8 warps, H200).
 constexpr int kWarpsPerBlock = 4;
+// Blocks of the kernel whose lanes share each round's parameters that an SM must hold at once:
+// 8 caps it at 64 registers (from 66-72) for 32 resident warps instead of 28. H200, 4 bits:
+// gate+up 22.8 -> 22.4 us, lm_head 83.9 -> 81.2; tg128 411.9 -> 414.5 tok/s together with the
+// threshold of shares_round_params at 1x the resident warps.
+constexpr int kSharedBlocksPerSm = 8;
 
 __device__ inline float param(const void* p, DType t, int64_t i) {
   if (t == DType::kF32) return static_cast<const float*>(p)[i];
@@ -64,20 +69,40 @@ __device__ inline uint32_t code_at(const uint32_t* row, int64_t k, int bits) {
   return static_cast<uint32_t>(v & ((1u << bits) - 1u));
 }
 
-// Row t of output n: the dot, plus the bias, plus y's old value where the part accumulates.
-__device__ inline void store(const QuantPart& p, int64_t t, int64_t n, float dot) {
-  const float out = dot + (p.bias != nullptr ? p.bias[n] : 0.0f);
-  float& at = p.y[t * p.w.N + n];
-  at = p.accumulate ? at + out : out;
-}
-
-// The matrices of one launch (same K, width, group size and scale type): part p owns the
-// launch's rows [first[p], first[p + 1]).
+// The matrices of one matvec launch (same K, width, group size and scale type) as its kernels
+// index them: part j owns the launch's rows [first[j], first[j + 1]), and the firsts from n on
+// equal the launch's row count, so a row's part is the number of later firsts it has reached.
+// Each field is then one load at a computed index (an indexed constant-bank load), where choosing
+// among whole parts by predicated copies took ~90 of a 4-bit row's ~580 instructions. Rows and
+// parameters are indexed in 32 bits (dp4a_fits).
 struct QuantLaunch {
-  QuantPart part[kMaxMatvecParts];
-  int64_t first[kMaxMatvecParts + 1];
+  const uint4* codes[kMaxMatvecParts];  // [N, vecs] 16-byte loads of codes
+  const void* scales[kMaxMatvecParts];  // [N, G]
+  const void* biases[kMaxMatvecParts];  // [N, G], or null for symmetric codes
+  const float* bias[kMaxMatvecParts];   // [N] or null
+  float* y[kMaxMatvecParts];            // [T, N]
+  uint32_t first[kMaxMatvecParts + 1];
+  uint32_t N[kMaxMatvecParts];
+  uint32_t accumulate;  // bit j: part j adds to y
+  uint32_t K, G;
+  int group_shift;  // 16-byte loads of codes per group: 2^group_shift
   int n;
 };
+
+// The part that row r of a launch belongs to.
+__device__ inline int part_of(const QuantLaunch& L, uint32_t r) {
+  int j = 0;
+#pragma unroll
+  for (int k = 1; k < kMaxMatvecParts; ++k) j += r >= L.first[k] ? 1 : 0;
+  return j;
+}
+
+// Row t of output n: the dot, plus the bias, plus y's old value where the part accumulates.
+__device__ inline void store(float dot, const float* bias, float* y, int64_t t, int64_t N, int64_t n, bool accumulate) {
+  const float out = dot + (bias != nullptr ? bias[n] : 0.0f);
+  float& at = y[t * N + n];
+  at = accumulate ? at + out : out;
+}
 
 // dp4a with unsigned bytes in a (8-bit codes 0..255) and signed bytes in b.
 __device__ inline int dot4_us(uint32_t a, int b, int c) {
@@ -107,12 +132,9 @@ __device__ inline int dot16(const uint4& w, const int8_t* xq) {
 }
 
 // Index arithmetic in 32 bits and shifts (group sizes are powers of two): a 64-bit division per
-// 16 bytes of codes would cost more than the dot itself.
-// A warp takes kRows rows (their parts share K), with all their 16-byte loads of a round in
-// flight together. One: two rows per warp for 4 bits (a 4-bit row of 4096 is only four loads per
-// lane) measured slower on the H200 (o 8.85 -> 10.32 us, gate+up 34.97 -> 51.52 us).
-template <int kBits>
-constexpr int kRowsPerWarp = 1;
+// 16 bytes of codes would cost more than the dot itself. One row per warp: two rows per warp for
+// 4 bits (a 4-bit row of 4096 is only four loads per lane) measured slower on the H200 (o 8.85 ->
+// 10.32 us, gate+up 34.97 -> 51.52 us).
 
 // The 16-bit parameter (bf16 or f16) in the low bits of `bits`, widened.
 template <typename S>
@@ -124,18 +146,18 @@ __device__ inline float widen_bits(uint32_t bits) {
   }
 }
 
-// A round's 16-bit scales (or biases), 128 loads of codes in 2^shift loads per group (shift 0, 1
-// or 2): lane l loads those of loads 4l..4l+3, 4 >> shift of them in one 8-, 4- or 2-byte load,
-// and each load's comes by shuffle. Eight narrow loads per lane and round (a scale and a bias per
-// load of codes) kept the L1 the limit of the 4-bit matvec (ncu: 54% of stalls, 37% excess
-// sectors). `mine`: the lane's first group, < G or the lane loads nothing.
-template <typename S>
-__device__ inline uint2 load_round_params(const S* at, int mine, int G, int shift) {
+// A round's 16-bit scales (or biases), 128 loads of codes in 2^kShift loads per group (kShift 0,
+// 1 or 2): lane l loads those of loads 4l..4l+3, 4 >> kShift of them in one 8-, 4- or 2-byte
+// load, and each load's comes by shuffle. Eight narrow loads per lane and round (a scale and a
+// bias per load of codes) kept the L1 the limit of the 4-bit matvec (ncu: 54% of stalls, 37%
+// excess sectors). `mine`: the lane's first group, < G or the lane loads nothing.
+template <typename S, int kShift>
+__device__ inline uint2 load_round_params(const S* at, uint32_t mine, uint32_t G) {
   uint2 bits = make_uint2(0, 0);
   if (at == nullptr || mine >= G) return bits;
-  if (shift == 0) {
+  if constexpr (kShift == 0) {
     bits = __ldg(reinterpret_cast<const uint2*>(at + mine));
-  } else if (shift == 1) {
+  } else if constexpr (kShift == 1) {
     bits.x = __ldg(reinterpret_cast<const unsigned int*>(at + mine));
   } else {
     bits.x = __ldg(reinterpret_cast<const unsigned short*>(at + mine));
@@ -145,120 +167,96 @@ __device__ inline uint2 load_round_params(const S* at, int mine, int G, int shif
 
 // Load u's parameter (idx = lane + 32 u within the round) from the lane that loaded it. Every
 // lane of the warp must call it (full-mask shuffles).
-template <typename S>
-__device__ inline float shuffled_param(uint2 bits, int idx, int shift) {
-  const int owner = idx >> 2, pos = (idx >> shift) & ((4 >> shift) - 1);
+template <typename S, int kShift>
+__device__ inline float shuffled_param(uint2 bits, int idx) {
+  const int owner = idx >> 2, pos = (idx >> kShift) & ((4 >> kShift) - 1);
   const uint32_t low = __shfl_sync(0xffffffffu, bits.x, owner);
-  const uint32_t high = shift == 0 ? __shfl_sync(0xffffffffu, bits.y, owner) : 0u;
-  const uint32_t word = pos < 2 ? low : high;
+  uint32_t word = low;
+  if constexpr (kShift == 0) {
+    // Shuffled by every lane, then chosen (a shuffle inside the choice runs on some lanes only).
+    const uint32_t high = __shfl_sync(0xffffffffu, bits.y, owner);
+    word = pos < 2 ? low : high;
+  }
   return widen_bits<S>(word >> ((pos & 1) * 16));
 }
 
-// kShared (where shares_round_params): the parameters by load_round_params and shuffles.
-template <int kBits, int kT, typename S, bool kShared = false>
-__global__ void matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
+// A row of x through the launch's rows, one row per warp, in rounds of four 16-byte loads of
+// codes per lane. kShift: 16-byte loads per group are 2^kShift, or -1 to read it from the launch
+// (one instantiation for all group sizes where T > 1 rows share each load's overhead). kShared
+// (where shares_round_params): the parameters by load_round_params and shuffles.
+template <int kBits, int kT, typename S, int kShift, bool kShared = false>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kShared ? kSharedBlocksPerSm : 1)
+    matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
   constexpr int kCodes = 128 / kBits;  // per 16-byte load
-  constexpr int kUnroll = 4, kRows = kRowsPerWarp<kBits>;
-  const int64_t r0 = (blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32) * kRows;
+  constexpr int kUnroll = 4;
+  const uint32_t r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t total_rows = L.first[L.n];
-  // Each row's part, chosen with constant indices (a computed index into the kernel's
-  // parameters would copy them all to local memory).
-  QuantPart p[kRows];
-  int64_t n[kRows];
-  bool valid[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int64_t r = r0 + i;
-    valid[i] = r < total_rows;
-    p[i] = L.part[0];
-    int64_t first = 0;
-#pragma unroll
-    for (int j = 1; j < kMaxMatvecParts; ++j) {
-      if (j < L.n && r >= L.first[j]) {
-        p[i] = L.part[j];
-        first = L.first[j];
-      }
-    }
-    n[i] = valid[i] ? r - first : 0;
-  }
-  const int K = static_cast<int>(p[0].w.K), G = K / p[0].w.group_size, vecs = K / kCodes;
-  // The heads of the rows' codes, scales and biases into L2 while the previous kernel finishes.
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    if (!valid[i]) continue;
-    prefetch_row_head(reinterpret_cast<const uint4*>(p[i].w.packed) + n[i] * vecs, vecs * 16LL, lane);
-    prefetch_row_head(static_cast<const S*>(p[i].w.scales) + n[i] * G, G * static_cast<int64_t>(sizeof(S)), lane);
-    if (p[i].w.biases != nullptr) {
-      prefetch_row_head(static_cast<const S*>(p[i].w.biases) + n[i] * G, G * static_cast<int64_t>(sizeof(S)), lane);
-    }
+  const bool valid = r < L.first[kMaxMatvecParts];
+  const int j = part_of(L, r);
+  const uint32_t n = valid ? r - L.first[j] : 0;
+  const uint32_t K = L.K, G = L.G, vecs = K / kCodes;
+  const int shift = kShift >= 0 ? kShift : L.group_shift;
+  const uint4* row = L.codes[j] + n * vecs;
+  const S* scales = static_cast<const S*>(L.scales[j]) + n * G;
+  const S* biases = L.biases[j] != nullptr ? static_cast<const S*>(L.biases[j]) + n * G : nullptr;
+  // The heads of the row's codes, scales and biases into L2 while the previous kernel finishes.
+  if (valid) {
+    prefetch_row_head(row, vecs * 16LL, lane);
+    prefetch_row_head(scales, G * static_cast<int64_t>(sizeof(S)), lane);
+    if (biases != nullptr) prefetch_row_head(biases, G * static_cast<int64_t>(sizeof(S)), lane);
   }
   wait_for_previous();
-  if (r0 >= total_rows) return;
-  const int group_shift = __ffs(p[0].w.group_size / kCodes) - 1;  // 16-byte loads per group: 2^shift
+  if (!valid) return;
   const float zero_point = -static_cast<float>(1 << (kBits - 1));
-  float acc[kRows][kT];
+  float acc[kT];
 #pragma unroll
-  for (int i = 0; i < kRows; ++i)
-    for (int t = 0; t < kT; ++t) acc[i][t] = 0.0f;
-  for (int v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
-    uint4 raw[kRows][kUnroll];
+  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+  for (uint32_t v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
+    uint4 raw[kUnroll];
     // Each load's scale and bias term (the group's bias added once, with its first 16 bytes),
     // loaded before any dot so that they are in flight with the codes.
-    float scale[kRows][kUnroll], bias[kRows][kUnroll];
+    float scale[kUnroll], bias[kUnroll];
+    if constexpr (kShared) {
+      const uint32_t mine = ((v0 - lane) >> kShift) + (4 >> kShift) * lane;
+      const uint2 scale_bits = load_round_params<S, kShift>(scales, mine, G);
+      const uint2 bias_bits = load_round_params<S, kShift>(biases, mine, G);
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const uint4* row = reinterpret_cast<const uint4*>(p[i].w.packed) + n[i] * vecs;
-      const int64_t params_at = n[i] * G;
-      const auto* scales = static_cast<const S*>(p[i].w.scales) + params_at;
-      const auto* biases = p[i].w.biases != nullptr ? static_cast<const S*>(p[i].w.biases) + params_at : nullptr;
-      if constexpr (kShared) {
-        const int mine = ((v0 - lane) >> group_shift) + (4 >> group_shift) * lane;
-        const uint2 scale_bits = load_round_params(scales, mine, G, group_shift);
-        const uint2 bias_bits = load_round_params(biases, mine, G, group_shift);
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t v = v0 + 32 * u;
+        raw[u] = v < vecs ? load_stream(row + v) : make_uint4(0, 0, 0, 0);
+        scale[u] = shuffled_param<S, kShift>(scale_bits, lane + 32 * u);
+        const float b = shuffled_param<S, kShift>(bias_bits, lane + 32 * u);
+        const bool first_of_group = (v & ((1u << kShift) - 1)) == 0;
+        bias[u] = !first_of_group ? 0.0f : biases != nullptr ? b : zero_point * scale[u];
+      }
+    } else {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int v = v0 + 32 * u;
-          raw[i][u] = valid[i] && v < vecs ? load_stream(row + v) : make_uint4(0, 0, 0, 0);
-          scale[i][u] = shuffled_param<S>(scale_bits, lane + 32 * u, group_shift);
-          const float b = shuffled_param<S>(bias_bits, lane + 32 * u, group_shift);
-          const bool first_of_group = (v & ((1 << group_shift) - 1)) == 0;
-          bias[i][u] = !first_of_group ? 0.0f : biases != nullptr ? b : zero_point * scale[i][u];
-        }
-      } else {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int v = v0 + 32 * u, vc = min(v, vecs - 1), g = vc >> group_shift;
-          raw[i][u] = valid[i] && v < vecs ? load_stream(row + v) : make_uint4(0, 0, 0, 0);
-          scale[i][u] = widen(__ldg(scales + g));
-          const bool first_of_group = (vc & ((1 << group_shift) - 1)) == 0;
-          bias[i][u] = !first_of_group ? 0.0f : biases != nullptr ? widen(__ldg(biases + g)) : zero_point * scale[i][u];
-        }
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t v = v0 + 32 * u, vc = min(v, vecs - 1), g = vc >> shift;
+        raw[u] = v < vecs ? load_stream(row + v) : make_uint4(0, 0, 0, 0);
+        scale[u] = widen(__ldg(scales + g));
+        const bool first_of_group = (vc & ((1u << shift) - 1)) == 0;
+        bias[u] = !first_of_group ? 0.0f : biases != nullptr ? widen(__ldg(biases + g)) : zero_point * scale[u];
       }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int v = v0 + 32 * u;
+      const uint32_t v = v0 + 32 * u;
       if (v >= vecs) break;
-      const int g = v >> group_shift;
+      const uint32_t g = v >> shift;
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         const int8_t* xq = x.q + t * K + v * kCodes;
         const float dx = x.dx[t * G + g], sum = x.sum[t * G + g];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const int isum = dot16<kBits>(raw[i][u], xq);
-          acc[i][t] += static_cast<float>(isum) * (scale[i][u] * dx) + bias[i][u] * sum;
-        }
+        const int isum = dot16<kBits>(raw[u], xq);
+        acc[t] += static_cast<float>(isum) * (scale[u] * dx) + bias[u] * sum;
       }
     }
   }
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    for (int t = 0; t < kT; ++t) {
-      const float total = warp_sum(acc[i][t]);
-      if (lane == 0 && valid[i]) store(p[i], t, n[i], total);
-    }
+  for (int t = 0; t < kT; ++t) {
+    const float total = warp_sum(acc[t]);
+    if (lane == 0) store(total, L.bias[j], L.y[j], t, L.N[j], n, (L.accumulate >> j) & 1u);
   }
 }
 
@@ -281,7 +279,7 @@ __global__ void matvec_elements_kernel(QuantPart p, const float* x) {
   }
   for (int t = 0; t < kT; ++t) {
     const float total = warp_sum(acc[t]);
-    if (lane == 0) store(p, t, n, total);
+    if (lane == 0) store(total, p.bias, p.y, t, w.N, n, p.accumulate);
   }
 }
 
@@ -317,44 +315,62 @@ int64_t resident_warps(Kernel kernel, int threads) {
 
 // Whether the kShared kernel takes L (16-bit parameters): 1, 2 or 4 loads of codes per group,
 // rows of exactly one round (32 to 128 loads; no lane leaves the loop before the others),
-// parameters aligned for the lanes' wide loads, and at least 1.5x as many rows as the GPU holds
+// parameters aligned for the lanes' wide loads, and at least as many rows as the GPU holds its
 // warps at once. Measured on the H200 (Llama-3-8B shapes, 4 bits): q+k+v 10.9 -> 9.3 us, gate+up
 // 28.5 -> 25.5, lm_head 104 -> 95, tg128 354 -> 376 tok/s. Slower where the shuffles wait on the
 // loads with little to hide them: rows of several rounds (down: 3.5 rounds, 16.4 -> 21.6 us;
-// 20.2 with every round's parameters loaded up front), and o (4096 rows, 1.1x the 3696 resident
-// warps: 7.1 -> 8.1 us), where one wave of warps is most of the work.
+// 20.2 with every round's parameters loaded up front), and o (4096 rows, 1.1x the 3696 warps the
+// 70-register kernel held: 7.1 -> 8.1 us; 6.83 -> 7.26 at 66 registers), where one wave of warps
+// is most of the work. With kSharedBlocksPerSm the GPU holds 4224, and o stays below.
 bool shares_round_params(const QuantLaunch& L, int bits, int64_t resident) {
-  const QuantArgs& w = L.part[0].w;
-  const int64_t loads_per_group = w.group_size * bits / 128, vecs = w.K * bits / 128;
-  if (loads_per_group != 1 && loads_per_group != 2 && loads_per_group != 4) return false;
-  if (vecs % 32 != 0 || vecs > 128 || 2 * L.first[L.n] < 3 * resident) return false;
+  const int64_t loads_per_group = int64_t{1} << L.group_shift, vecs = L.K * bits / 128;
+  if (loads_per_group > 4) return false;
+  if (vecs % 32 != 0 || vecs > 128 || int64_t{L.first[L.n]} < resident) return false;
   const auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (8 / loads_per_group) == 0; };
   for (int i = 0; i < L.n; ++i) {
-    if (!aligned(L.part[i].w.scales) || !aligned(L.part[i].w.biases)) return false;
+    if (!aligned(L.scales[i]) || !aligned(L.biases[i])) return false;
   }
   return true;
 }
 
-template <int kBits, typename S>
-void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch& L, void* scratch) {
-  const QuantArgs& w = L.part[0].w;
-  const PreparedX px = prepare_x<kBits>(s, x, T, w.K, w.group_size, scratch);
-  const unsigned blocks = blocks_for(L.first[L.n], kWarpsPerBlock * kRowsPerWarp<kBits>);
-  const unsigned threads = kWarpsPerBlock * 32;
-  if constexpr (sizeof(S) == 2) {
-    constexpr auto shared = matvec_dp4a_kernel<kBits, 1, S, true>;
+// One row of x: a kernel per group size, where the row's own index arithmetic is a large part
+// of the work (a 4-bit row of 4096 is one round of loads per lane).
+template <int kBits, typename S, int kShift>
+void matvec_one_row(cudaStream_t s, const QuantLaunch& L, const PreparedX& px, unsigned blocks) {
+  constexpr unsigned threads = kWarpsPerBlock * 32;
+  if constexpr (kShift <= 2) {
+    constexpr auto shared = matvec_dp4a_kernel<kBits, 1, S, kShift, true>;
     // Once per instantiation (and process: the first GPU's count stands for all).
     static const int64_t resident = resident_warps(shared, threads);
-    if (T == 1 && shares_round_params(L, kBits, resident)) {
-      return launch_kernel(shared, blocks, threads, 0, s, L, px);
+    if (shares_round_params(L, kBits, resident)) return launch_kernel(shared, blocks, threads, 0, s, L, px);
+  }
+  launch_kernel(matvec_dp4a_kernel<kBits, 1, S, kShift>, blocks, threads, 0, s, L, px);
+}
+
+template <int kBits, typename S>
+void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch& L, void* scratch) {
+  const PreparedX px = prepare_x<kBits>(s, x, T, L.K, static_cast<int>(L.K / L.G), scratch);
+  const unsigned blocks = blocks_for(L.first[L.n], kWarpsPerBlock);
+  const unsigned threads = kWarpsPerBlock * 32;
+  if constexpr (sizeof(S) == 2) {
+    // 16-byte loads per group: 2^shift, from 1 (4 bits in groups of 32) to 8 (dp4a_fits).
+    if (T == 1) {
+      switch (L.group_shift) {
+        case 0:
+          if constexpr (kBits == 4) return matvec_one_row<kBits, S, 0>(s, L, px, blocks);
+          break;
+        case 1: return matvec_one_row<kBits, S, 1>(s, L, px, blocks);
+        case 2: return matvec_one_row<kBits, S, 2>(s, L, px, blocks);
+        default: return matvec_one_row<kBits, S, 3>(s, L, px, blocks);
+      }
     }
   }
-  with_rows(T, [&]<int kT>() { launch_kernel(matvec_dp4a_kernel<kBits, kT, S>, blocks, threads, 0, s, L, px); });
+  with_rows(T, [&]<int kT>() { launch_kernel(matvec_dp4a_kernel<kBits, kT, S, -1>, blocks, threads, 0, s, L, px); });
 }
 
 template <typename S>
-void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch& L, void* scratch) {
-  if (L.part[0].w.bits == 4) {
+void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, int bits, const QuantLaunch& L, void* scratch) {
+  if (bits == 4) {
     matvec_dp4a<4, S>(s, x, T, L, scratch);
   } else {
     matvec_dp4a<8, S>(s, x, T, L, scratch);
@@ -439,10 +455,11 @@ struct AffineElement {  // table_rows' element
 };
 
 // The integer kernels read 16 bytes of codes at a time, all within one group (of a power-of-two
-// size), and index a row in 32 bits.
+// size, at most 8 such loads), and index rows and parameters in 32 bits.
 bool dp4a_fits(const QuantArgs& w) {
   const bool power_of_two = (w.group_size & (w.group_size - 1)) == 0;
-  return (w.bits == 4 || w.bits == 8) && w.group_size >= 32 && power_of_two && w.K % 32 == 0 && w.K < (1 << 30) &&
+  return (w.bits == 4 || w.bits == 8) && w.group_size >= 32 && w.group_size * w.bits <= 8 * 128 && power_of_two &&
+         w.K % 32 == 0 && w.K < (1 << 30) && w.N * (w.K / 16) < (int64_t{1} << 32) &&
          reinterpret_cast<uintptr_t>(w.packed) % 16 == 0;
 }
 
@@ -470,16 +487,32 @@ bool quantized_matvec_group(cudaStream_t s, const XSource& src, int64_t T, const
   if (!together) return false;
   QuantLaunch L{};
   L.n = n;
+  L.K = static_cast<uint32_t>(w0.K);
+  L.G = static_cast<uint32_t>(w0.K / w0.group_size);
+  L.group_shift = __builtin_ctz(static_cast<unsigned>(w0.group_size * w0.bits / 128));
+  int64_t rows = 0;
   for (int i = 0; i < n; ++i) {
-    L.part[i] = parts[i];
-    L.first[i + 1] = L.first[i] + parts[i].w.N;
+    const QuantPart& p = parts[i];
+    L.codes[i] = reinterpret_cast<const uint4*>(p.w.packed);
+    L.scales[i] = p.w.scales;
+    L.biases[i] = p.w.biases;
+    L.bias[i] = p.bias;
+    L.y[i] = p.y;
+    L.N[i] = static_cast<uint32_t>(p.w.N);
+    L.accumulate |= p.accumulate ? 1u << i : 0u;
+    rows += p.w.N;
   }
-  if (L.first[n] == 0) return true;
+  if (rows == 0) return true;
+  if (rows >= (int64_t{1} << 32)) return false;
+  for (uint32_t i = 0, first = 0; i <= kMaxMatvecParts; ++i) {
+    L.first[i] = first;
+    if (i < static_cast<uint32_t>(n)) first += L.N[i];
+  }
   // Scales and biases of their own type: no branch between a load and its use.
   switch (w0.scale_type) {
-    case DType::kBF16: matvec_dp4a<__nv_bfloat16>(s, src, T, L, scratch); break;
-    case DType::kF16: matvec_dp4a<__half>(s, src, T, L, scratch); break;
-    default: matvec_dp4a<float>(s, src, T, L, scratch); break;
+    case DType::kBF16: matvec_dp4a<__nv_bfloat16>(s, src, T, w0.bits, L, scratch); break;
+    case DType::kF16: matvec_dp4a<__half>(s, src, T, w0.bits, L, scratch); break;
+    default: matvec_dp4a<float>(s, src, T, w0.bits, L, scratch); break;
   }
   return true;
 }
