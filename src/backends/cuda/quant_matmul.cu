@@ -184,9 +184,8 @@ __device__ inline float shuffled_param(uint2 bits, int idx) {
 // codes per lane. kShift: 16-byte loads per group are 2^kShift, or -1 to read it from the launch
 // (one instantiation for all group sizes where T > 1 rows share each load's overhead). kShared
 // (where shares_round_params): the parameters by load_round_params and shuffles.
-template <int kBits, int kT, typename S, int kShift, bool kShared = false>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kShared ? kSharedBlocksPerSm : 1)
-    matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
+template <int kBits, int kT, typename S, int kShift, bool kShared>
+__device__ __forceinline__ void matvec_dp4a_rows(const QuantLaunch& L, const PreparedX& x) {
   constexpr int kCodes = 128 / kBits;  // per 16-byte load
   constexpr int kUnroll = 4;
   const uint32_t r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
@@ -258,6 +257,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kShared ? kSharedBlocksPe
     const float total = warp_sum(acc[t]);
     if (lane == 0) store(total, L.bias[j], L.y[j], t, L.N[j], n, (L.accumulate >> j) & 1u);
   }
+}
+
+// T > 1 rows: registers as the compiler sees fit (bounds of 128 threads let it take 114 -> 167
+// for 8 rows of 4 bits).
+template <int kBits, int kT, typename S>
+__global__ void matvec_dp4a_kernel(QuantLaunch L, PreparedX x) {
+  matvec_dp4a_rows<kBits, kT, S, -1, false>(L, x);
+}
+
+// One row, the group shift fixed: blocks of 128 threads, kMinBlocks of them per SM (the
+// shared-parameter kernel: kSharedBlocksPerSm). These bounds are what the H200 measured.
+template <int kBits, typename S, int kShift, bool kShared, int kMinBlocks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks) matvec_one_row_kernel(QuantLaunch L, PreparedX x) {
+  matvec_dp4a_rows<kBits, 1, S, kShift, kShared>(L, x);
 }
 
 // Any width and shape: per element, in f32.
@@ -339,12 +352,12 @@ template <int kBits, typename S, int kShift>
 void matvec_one_row(cudaStream_t s, const QuantLaunch& L, const PreparedX& px, unsigned blocks) {
   constexpr unsigned threads = kWarpsPerBlock * 32;
   if constexpr (kShift <= 2) {
-    constexpr auto shared = matvec_dp4a_kernel<kBits, 1, S, kShift, true>;
+    constexpr auto shared = matvec_one_row_kernel<kBits, S, kShift, true, kSharedBlocksPerSm>;
     // Once per instantiation (and process: the first GPU's count stands for all).
     static const int64_t resident = resident_warps(shared, threads);
     if (shares_round_params(L, kBits, resident)) return launch_kernel(shared, blocks, threads, 0, s, L, px);
   }
-  launch_kernel(matvec_dp4a_kernel<kBits, 1, S, kShift>, blocks, threads, 0, s, L, px);
+  launch_kernel(matvec_one_row_kernel<kBits, S, kShift, false, 1>, blocks, threads, 0, s, L, px);
 }
 
 template <int kBits, typename S>
@@ -365,7 +378,7 @@ void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch&
       }
     }
   }
-  with_rows(T, [&]<int kT>() { launch_kernel(matvec_dp4a_kernel<kBits, kT, S, -1>, blocks, threads, 0, s, L, px); });
+  with_rows(T, [&]<int kT>() { launch_kernel(matvec_dp4a_kernel<kBits, kT, S>, blocks, threads, 0, s, L, px); });
 }
 
 template <typename S>
