@@ -10,7 +10,8 @@
 #   scripts/gpu_bench.sh ab [MODEL...]     there: .gpu-base.tar.xz's hearth against the pack's,
 #                                          tg128, two rounds (default models: l8q4 l8)
 #   scripts/gpu_bench.sh knob NAME [MODEL...]
-#                                          there: the pack's hearth with NAME=0 and NAME=1
+#                                          there: the pack's hearth with NAME=0 and NAME=1 (or
+#                                          each of KNOB_VALUES, e.g. KNOB_VALUES="0 1 2 3")
 #   scripts/gpu_bench.sh ncu [REGEX]       there: Nsight Compute, one launch of each launch
 #                                          configuration of the kernels matching REGEX in
 #                                          `cuda_ops_bench --rows 1 --context 512`
@@ -76,7 +77,7 @@ case "${1:-}" in
     mapfile -t models < <(models_or_default "$@")
     for round in 1 2; do
       for model in "${models[@]}"; do
-        for value in 0 1; do
+        for value in ${KNOB_VALUES:-0 1}; do
           export "$name=$value"
           bench "$name=$value r$round" "$pack/hearth" "$model"
         done
