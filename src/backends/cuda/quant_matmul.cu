@@ -336,7 +336,7 @@ int64_t resident_warps(Kernel kernel, int threads) {
 // 70-register kernel held: 7.1 -> 8.1 us; 6.83 -> 7.26 at 66 registers), where one wave of warps
 // is most of the work. With kSharedBlocksPerSm the GPU holds 4224, and o stays below.
 bool shares_round_params(const QuantLaunch& L, int bits, int64_t resident) {
-  const int64_t loads_per_group = int64_t{1} << L.group_shift, vecs = L.K * bits / 128;
+  const int64_t loads_per_group = int64_t{1} << L.group_shift, vecs = int64_t{L.K} * bits / 128;
   if (loads_per_group > 4) return false;
   if (vecs % 32 != 0 || vecs > 128 || int64_t{L.first[L.n]} < resident) return false;
   const auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (8 / loads_per_group) == 0; };
@@ -472,7 +472,7 @@ struct AffineElement {  // table_rows' element
 bool dp4a_fits(const QuantArgs& w) {
   const bool power_of_two = (w.group_size & (w.group_size - 1)) == 0;
   return (w.bits == 4 || w.bits == 8) && w.group_size >= 32 && w.group_size * w.bits <= 8 * 128 && power_of_two &&
-         w.K % 32 == 0 && w.K < (1 << 30) && w.N * (w.K / 16) < (int64_t{1} << 32) &&
+         w.K % 32 == 0 && w.K > 0 && w.K < (1 << 30) && w.N * (w.K / 16) < (int64_t{1} << 32) &&
          reinterpret_cast<uintptr_t>(w.packed) % 16 == 0;
 }
 
