@@ -14,7 +14,11 @@
 #                                          each of KNOB_VALUES, e.g. KNOB_VALUES="0 1 2 3")
 #   scripts/gpu_bench.sh ncu [REGEX]       there: Nsight Compute, one launch of each launch
 #                                          configuration of the kernels matching REGEX in
-#                                          `cuda_ops_bench --rows 1 --context 512`
+#                                          `cuda_ops_bench --rows 1 --context 512`; NCU_STALLS=1
+#                                          adds each stall reason's cycles per issued instruction
+#                                          and the instruction and sector counts
+#   scripts/gpu_bench.sh sass REGEX        there: the SASS of the pack's kernels whose mangled
+#                                          names match REGEX (cuobjdump is there, not here)
 # Extra `hearth bench` flags come from BENCH_FLAGS (e.g. "--prompt-tokens 8192 --reps 1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,14 +94,25 @@ case "${1:-}" in
     regex=${2:-matvec|attention_decode|attention_merge|prepare_x}
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
     [ -n "$ncu" ] || { echo "no ncu on this machine" >&2; exit 1; }
+    extra=() keep='^  [a-z_].*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued'
+    if [ "${NCU_STALLS:-0}" = 1 ]; then
+      extra=(--section SchedulerStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,dram__bytes_read.sum")
+      keep="$keep|Issue Slots Busy|Eligible Warps|_per_issue_active|inst_executed.sum|sectors_pipe|dram__bytes"
+    fi
     "$ncu" --kernel-name "regex:$regex" --filter-mode per-launch-config --launch-count 1 \
       --cache-control none --clock-control none \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-      "$pack/cuda_ops_bench" --rows 1 --context 512 2>&1 |
-      grep -E '^  [a-z_].*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued'
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats "${extra[@]}" \
+      "$pack/cuda_ops_bench" --rows 1 --context 512 2>&1 | grep -E "$keep"
+    ;;
+  sass)
+    there
+    regex=${2:?usage: $0 sass REGEX}
+    dump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    # One function per "Function :" header; print those whose names match.
+    "$dump" -sass "$pack/hearth" | awk -v re="$regex" '/Function :/ { on = ($0 ~ re) } on'
     ;;
   *)
-    echo "usage: $0 base REV | models | ab [MODEL...] | knob NAME [MODEL...] | ncu [REGEX]" >&2
+    echo "usage: $0 base REV | models | ab [MODEL...] | knob NAME [MODEL...] | ncu [REGEX] | sass REGEX" >&2
     exit 2
     ;;
 esac
