@@ -28,6 +28,10 @@ const std::vector<KnobInfo>& all_knobs() {
        "GPU matmuls of 9 to 32 rows (batched decode, short prompts) over 4- and 8-bit MLX affine "
        "matrices run on tensor cores with each weight dequantized in registers: 1, or 0 to "
        "dequantize the whole matrix to bf16 and call cuBLAS, as longer prompts do (for comparison)."},
+      {"HEARTH_CUDA_MV_MMA", "1",
+       "GPU matmuls of 1 to 8 rows (decode) over 4- and 8-bit MLX affine matrices in groups of 64 or "
+       "128 run on tensor cores, 16 weight rows per warp: 1, or 0 for the integer dot-product kernels, "
+       "one weight row per warp (for comparison)."},
       {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
       {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
       {"HF_HOME", "",
@@ -112,6 +116,11 @@ bool device_graphs() {
 }
 
 bool cuda_pdl() { return flag("HEARTH_CUDA_PDL"); }
+
+bool cuda_mv_mma() {
+  static CachedFlag f("HEARTH_CUDA_MV_MMA");
+  return f.get();
+}
 
 bool cuda_quant_gemm() {
   static CachedFlag f("HEARTH_CUDA_QUANT_GEMM");

@@ -34,6 +34,9 @@ bool cuda_pdl();
 // Whether GPU matmuls of 9-32 rows over 4/8-bit affine matrices dequantize in registers
 // (HEARTH_CUDA_QUANT_GEMM, default on) rather than into a dense copy for cuBLAS.
 bool cuda_quant_gemm();
+// Whether GPU decode matmuls (1-8 rows) over 4/8-bit affine matrices run on tensor cores
+// (HEARTH_CUDA_MV_MMA, default on) rather than the one-row-per-warp integer dot kernels.
+bool cuda_mv_mma();
 // Hearth's cache directory: $XDG_CACHE_HOME/hearth, else $HOME/.cache/hearth; "" when neither is set.
 std::string cache_dir();
 }  // namespace knobs

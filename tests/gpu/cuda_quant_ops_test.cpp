@@ -208,6 +208,48 @@ TEST(CudaOps, QuantizedTensorCoreGemmMatchesTheScalarReference) {
   }
 }
 
+// Decode rows (1 to 8) of 4 and 8 bits in groups of 64 and 128 on tensor cores, 16 weight rows per
+// warp (HEARTH_CUDA_MV_MMA=1), and through the one-row-per-warp dp4a kernels (=0): both within the
+// bound of the scalar reference, bf16 and f16 parameters, with and without biases. K of a few
+// chunks per tile (1536: 3 for 4 bits, 6 for 8; fewer than the block's 8 warps) and of many
+// (14336), N in partial tiles (37, 24) and thousands of rows; rows of x for one and two passes of
+// four tokens (4 bits: T <= 4, T > 4).
+TEST(CudaOps, QuantizedMatvecOnTensorCoresMatchesTheScalarReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(15);
+  Context ctx = gpu_ctx();
+  struct Shape2 {
+    int64_t N, K;
+  };
+  for (int bits : {4, 8}) {
+    for (int gs : {64, 128}) {
+      for (DType scale_type : {DType::kBF16, DType::kF16}) {
+        for (bool symmetric : {false, true}) {
+          std::vector<Shape2> shapes = {{37, 1536}, {24, 14336}};
+          if (scale_type == DType::kBF16 && !symmetric) shapes.push_back({4100, 4096});
+          for (const Shape2& sh : shapes) {
+            const QuantizedMatrix q = random_affine(rng, sh.N, sh.K, bits, gs, scale_type, symmetric);
+            const QuantizedMatrix qg = on_gpu(q);
+            for (int64_t T : {1, 3, 4, 5, 8}) {
+              const std::vector<float> x = random_floats(rng, size_t(T * sh.K)),
+                                       bias = random_floats(rng, size_t(sh.N));
+              const std::vector<float> want = scalar_affine(x, T, q, bias);
+              for (const char* mma : {"1", "0"}) {
+                const KnobOverride knob("HEARTH_CUDA_MV_MMA", mma);
+                Tensor y = Tensor::empty({T, sh.N}, DType::kF32, kGpu);
+                ops::quantized_matmul(ctx, on_gpu({T, sh.K}, x), qg, on_gpu({sh.N}, bias), y);
+                expect_within_affine_bound(
+                    q, x, T, to_host<float>(y), want, true, 0.0,
+                    affine_name(bits, gs, scale_type, symmetric) + (mma[0] == '1' ? " tensor cores" : " dp4a"));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The same with MLX affine matrices: one launch where the parts share a width and group size
 // (q/k/v, gate/up), one per part where they do not (4, 8 and 3 bits); each part exactly as its
 // own quantized_matmul, or added to y's old values where it accumulates.
