@@ -12,9 +12,6 @@
 #include "backends/cuda/reduce.cuh"
 
 namespace hearth::cuda {
-namespace {
-
-constexpr int kPrepareWarps = 8;  // per block of prepare_x_kernel
 
 // x as the integer kernel reads it (scratch): dx and sum per (row t, group) [T, G] f32, then xq
 // [T, K] i8 from the next 16 bytes.
@@ -28,6 +25,10 @@ inline PreparedX prepared_x(void* scratch, int64_t T, int64_t K, int group_size)
   const int64_t TG = T * (K / group_size);
   return {f, f + TG, reinterpret_cast<int8_t*>(f + (2 * TG + 3) / 4 * 4)};  // xq 16-byte aligned
 }
+
+namespace {
+
+constexpr int kPrepareWarps = 8;  // per block of prepare_x_kernel
 
 // Where element k of a row goes in xq: 4-bit words take each 8 codes' even then odd ones.
 template <int kBits>
