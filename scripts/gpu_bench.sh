@@ -6,7 +6,8 @@
 #   scripts/gpu_bench.sh base REV          here: builds hearth at REV in a worktree and packs it
 #                                          as .gpu-base.tar.xz (carry it with the pack)
 #   scripts/gpu_bench.sh models            there: random Llama-3-8B shapes in /tmp: l8 (bf16),
-#                                          l8q4 and l8q8 (MLX affine, groups of 64); ~2 min
+#                                          l8q4 and l8q8 (MLX affine, groups of 64); ~2 min; with
+#                                          GGUF=1 also l8-q4_0.gguf (GGUF Q4_0: groups of 32)
 #   scripts/gpu_bench.sh ab [MODEL...]     there: .gpu-base.tar.xz's hearth against the pack's,
 #                                          tg128, two rounds (default models: l8q4 l8)
 #   scripts/gpu_bench.sh knob NAME [MODEL...]
@@ -60,6 +61,9 @@ case "${1:-}" in
       [ -d /tmp/l8q$bits ] ||
         "$pack/hearth" convert /tmp/l8 -q --q-bits $bits --q-group-size 64 --mlx-path /tmp/l8q$bits | tail -1
     done
+    if [ "${GGUF:-0}" = 1 ] && [ ! -f /tmp/l8-q4_0.gguf ]; then
+      "$pack/hearth" convert /tmp/l8 --to gguf --type q4_0 --out /tmp/l8-q4_0.gguf | tail -1
+    fi
     ;;
   ab)
     there
