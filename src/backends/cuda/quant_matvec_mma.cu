@@ -57,6 +57,22 @@ __device__ inline float group_param(const uint4& v, int i) {
   return widen_bits<S>(i % 2 == 0 ? word & 0xffffu : word >> 16);
 }
 
+// One C column's group (local, its index in the chunk's parameters; at, its index in x's dx and
+// sums): acc[r] += sum4[2r + i] * (scale_r * dx) + bias_r * sum(x), the bias term only where the
+// group starts (a group of 128 has two 4-bit halves).
+template <typename S>
+__device__ inline void add_group(float (&acc)[2], const int (&sum4)[4], int i, const uint4 (&sc)[2],
+                                 const uint4 (&bi)[2], bool has_biases, float zero_point, int local, bool starts,
+                                 const PreparedX& x, uint32_t at) {
+  const float dx = x.dx[at], xsum = x.sum[at];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float scale = group_param<S>(sc[r], local);
+    const float bias = has_biases ? group_param<S>(bi[r], local) : zero_point * scale;
+    acc[r] += static_cast<float>(sum4[2 * r + i]) * (scale * dx) + (starts ? bias * xsum : 0.0f);
+  }
+}
+
 // kSlots: 8 bits, 2 (tokens 2t, 2t + 1 per lane); 4 bits, the passes of four tokens (1 or 2).
 template <int kBits, int kGroupSize, typename S, int kSlots>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2) matvec_mma_kernel(QuantLaunch L, PreparedX x, uint32_t T) {
@@ -126,16 +142,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) matvec_mma_kernel(QuantLaun
           const uint32_t tok = min(4 * p + t, T - 1);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int local = (s * kSegK + 64 * h) / kGroupSize;
-            const bool starts = (s * kSegK + 64 * h) % kGroupSize == 0;
-            const uint32_t grp = c * kGroups + local;
-            const float dx = x.dx[tok * G + grp], xsum = x.sum[tok * G + grp];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const float scale = group_param<S>(sc[r], local);
-              const float bias = biases != nullptr ? group_param<S>(bi[r], local) : zero_point * scale;
-              acc[p][r] += static_cast<float>(sum4[2 * r + h]) * (scale * dx) + (starts ? bias * xsum : 0.0f);
-            }
+            const int first = s * kSegK + 64 * h;  // the half's first k within the chunk
+            add_group<S>(acc[p], sum4, h, sc, bi, biases != nullptr, zero_point, first / kGroupSize,
+                         first % kGroupSize == 0, x, tok * G + (c * kGroups + first / kGroupSize));
           }
         }
       } else {
@@ -146,18 +155,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) matvec_mma_kernel(QuantLaun
         mma_u8s8(sum4, w[0][s].z, w[1][s].z, w[0][s].w, w[1][s].w, xv.z, xv.w);
         // sum4: rows g (0, 1) and g + 8 (2, 3), tokens 2t and 2t + 1.
         const int local = s * kSegK / kGroupSize;
-        const bool starts = s * kSegK % kGroupSize == 0;
         const uint32_t grp = c * kGroups + local;
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const uint32_t tok = min(2 * t + q, T - 1);
-          const float dx = x.dx[tok * G + grp], xsum = x.sum[tok * G + grp];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float scale = group_param<S>(sc[r], local);
-            const float bias = biases != nullptr ? group_param<S>(bi[r], local) : zero_point * scale;
-            acc[q][r] += static_cast<float>(sum4[2 * r + q]) * (scale * dx) + (starts ? bias * xsum : 0.0f);
-          }
+          add_group<S>(acc[q], sum4, q, sc, bi, biases != nullptr, zero_point, local, s * kSegK % kGroupSize == 0, x,
+                       tok * G + grp);
         }
       }
     }
