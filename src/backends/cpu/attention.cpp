@@ -229,14 +229,18 @@ struct RowHead {
     }
   }
 
-  // Decode on AVX-512 with Dh = 16 * kD: positions [j0, j1] of row t for every head, kG query
-  // heads (sharing a KV head) at a time. The walk goes block by block in memory order: all heads'
-  // rows of a block (block_size * Hkv * Dh elements, contiguous) before the next block, whose
-  // bytes are prefetched in order meanwhile. A walk of one head across the whole context reads
-  // Dh elements every Hkv * Dh: each DRAM page is opened once per head and the hardware
-  // prefetchers do not follow (7-8 GB/s of K and V on one core of the EPYC, against 15 in block
-  // order; cpu_attention_bench). Writes the span's unnormalized state to `state` [Hq, Dh + 2]:
-  // per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans combines spans.
+  // Decode on AVX-512 with Dh = 16 * kD: positions [j0, j1] of row t for every head. The walk goes
+  // block by block in memory order: all heads' rows of a block (block_size * Hkv * Dh elements,
+  // contiguous) before the next block, whose bytes are prefetched in order meanwhile. A walk of
+  // one head across the whole context reads Dh elements every Hkv * Dh: each DRAM page is opened
+  // once per head and the hardware prefetchers do not follow (7-8 GB/s of K and V on one core of
+  // the EPYC, against 15 in block order; cpu_attention_bench). The K pass takes one query head at
+  // a time: its 16 partial dots, q and a K row fit the 32 registers, where two heads sharing each
+  // K row's conversion spilled their 32 partials and read K and V ~25% slower from memory
+  // (bench/RESULTS.md); the second head finds the rows in L1. The V pass takes kG heads that share
+  // a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
+  // [Hq, Dh + 2]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans
+  // combines spans.
   template <int kD, int kG>
   HEARTH_AVX512 __attribute__((flatten)) void run_span(int64_t t, int64_t seq, int64_t j0, int64_t j1,
                                                        float* state) const {
@@ -258,47 +262,40 @@ struct RowHead {
         j = end;
       }
     };
-    // The next rows' bytes (up to 16 positions of every head), in order, a share per head pair.
+    // The next rows' bytes (up to 16 positions of every head), in order, a share per query head
+    // (K pass) or per kG of them (V pass). The shares are computed once: a division per call
+    // cost the walk a quarter of its speed.
     const int64_t pairs = a.Hq / kG,
                   block_bytes = std::min<int64_t>(a.block_size, 16) * stride * static_cast<int64_t>(sizeof(Elem));
-    const int64_t share = (block_bytes / pairs + 63) / 64 * 64;
-    auto prefetch_share = [&](const Elem* next, int64_t pair) {
+    const int64_t head_share = (block_bytes / a.Hq + 63) / 64 * 64, pair_share = (block_bytes / pairs + 63) / 64 * 64;
+    auto prefetch_share = [&](const Elem* next, int64_t i, int64_t share) {
       if (next == nullptr) return;
       const char* from = reinterpret_cast<const char*>(next);
-      for (int64_t byte = pair * share; byte < std::min(block_bytes, (pair + 1) * share); byte += 64) {
+      for (int64_t byte = i * share; byte < std::min(block_bytes, (i + 1) * share); byte += 64) {
         _mm_prefetch(from + byte, _MM_HINT_T1);
       }
     };
     float* scores_of = scores.data();  // [Hq, n]
     for_each_block(a.k_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
       const __mmask16 m = simd::tail_mask16(rows);
-      for (int64_t pair = 0; pair < pairs; ++pair) {
-        prefetch_share(next, pair);
-        const int64_t h0 = pair * kG, kv_head = h0 / group;
-        __m512 qv[kG][kD];
-        for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) qv[g][i] = _mm512_loadu_ps(a.q + (t * a.Hq + h0 + g) * Dh + 16 * i);
-        }
-        __m512 partial[kG][16];
-        const Elem* k = base + kv_head * Dh;
+      for (int64_t h = 0; h < a.Hq; ++h) {
+        prefetch_share(next, h, head_share);
+        __m512 qv[kD];
+        for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(a.q + (t * a.Hq + h) * Dh + 16 * i);
+        __m512 partial[16];
+        const Elem* k = base + h / group * Dh;
         for (int64_t r = 0; r < 16; ++r, k += stride) {
           if (r >= rows) {
-            for (int g = 0; g < kG; ++g) partial[g][r] = _mm512_setzero_ps();
+            partial[r] = _mm512_setzero_ps();
             continue;
           }
-          __m512 kr[kD];
-          for (int i = 0; i < kD; ++i) kr[i] = simd::load16<KT>(k, 16 * i, 0xffff);
-          for (int g = 0; g < kG; ++g) {
-            __m512 acc = _mm512_mul_ps(qv[g][0], kr[0]);
-            for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[g][i], kr[i], acc);
-            partial[g][r] = acc;
-          }
+          __m512 acc = _mm512_mul_ps(qv[0], simd::load16<KT>(k, 0, 0xffff));
+          for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], simd::load16<KT>(k, 16 * i, 0xffff), acc);
+          partial[r] = acc;
         }
-        for (int g = 0; g < kG; ++g) {
-          const __m512 sc = _mm512_mul_ps(sum16(partial[g]), _mm512_set1_ps(a.scale));
-          _mm512_mask_storeu_ps(scores_of + (h0 + g) * n + (j - j0), m, sc);
-          head_max[h0 + g] = std::max(head_max[h0 + g], _mm512_mask_reduce_max_ps(m, sc));
-        }
+        const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
+        _mm512_mask_storeu_ps(scores_of + h * n + (j - j0), m, sc);
+        head_max[h] = std::max(head_max[h], _mm512_mask_reduce_max_ps(m, sc));
       }
     });
     for (int64_t h = 0; h < a.Hq; ++h) {
@@ -309,7 +306,7 @@ struct RowHead {
     }
     for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
       for (int64_t pair = 0; pair < pairs; ++pair) {
-        prefetch_share(next, pair);
+        prefetch_share(next, pair, pair_share);
         const int64_t h0 = pair * kG, kv_head = h0 / group;
         __m512 o[kG][kD];
         for (int g = 0; g < kG; ++g) {
