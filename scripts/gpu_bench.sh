@@ -7,7 +7,8 @@
 #                                          as .gpu-base.tar.xz (carry it with the pack)
 #   scripts/gpu_bench.sh models            there: random Llama-3-8B shapes in /tmp: l8 (bf16),
 #                                          l8q4 and l8q8 (MLX affine, groups of 64); ~2 min; with
-#                                          GGUF=1 also l8-q4_0.gguf (GGUF Q4_0: groups of 32)
+#                                          GGUF=1 also l8-q4_0.gguf (GGUF Q4_0: groups of 32;
+#                                          carry tests/data/external/tokenizers/llama3_1)
 #   scripts/gpu_bench.sh ab [MODEL...]     there: .gpu-base.tar.xz's hearth against the pack's,
 #                                          tg128, two rounds (default models: l8q4 l8)
 #   scripts/gpu_bench.sh knob NAME [MODEL...]
@@ -56,7 +57,15 @@ case "${1:-}" in
     ;;
   models)
     there
-    [ -d /tmp/l8 ] || "$pack/make_random_model" /tmp/l8 --preset llama-3-8b | tail -1
+    # A GGUF file carries its tokenizer: Llama 3.1's (tests/data/external, carried) fits the vocabulary.
+    tok=tests/data/external/tokenizers/llama3_1
+    if [ "${GGUF:-0}" = 1 ]; then
+      [ -f $tok/tokenizer.json ] || { echo "GGUF=1 needs $tok: carry it" >&2; exit 1; }
+      [ ! -d /tmp/l8 ] || [ -f /tmp/l8/tokenizer.json ] || rm -rf /tmp/l8 /tmp/l8q4 /tmp/l8q8
+    fi
+    tok_flag=()
+    if [ -f $tok/tokenizer.json ]; then tok_flag=(--tokenizer $tok); fi
+    [ -d /tmp/l8 ] || "$pack/make_random_model" /tmp/l8 --preset llama-3-8b "${tok_flag[@]}" | tail -1
     for bits in 4 8; do
       [ -d /tmp/l8q$bits ] ||
         "$pack/hearth" convert /tmp/l8 -q --q-bits $bits --q-group-size 64 --mlx-path /tmp/l8q$bits | tail -1

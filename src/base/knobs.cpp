@@ -29,9 +29,9 @@ const std::vector<KnobInfo>& all_knobs() {
        "matrices run on tensor cores with each weight dequantized in registers: 1, or 0 to "
        "dequantize the whole matrix to bf16 and call cuBLAS, as longer prompts do (for comparison)."},
       {"HEARTH_CUDA_MV_MMA", "1",
-       "GPU matmuls of 1 to 8 rows (decode) over 4- and 8-bit MLX affine matrices in groups of 64 or "
-       "128 run on tensor cores, 16 weight rows per warp: 1, or 0 for the integer dot-product kernels, "
-       "one weight row per warp (for comparison)."},
+       "GPU matmuls of 1 to 8 rows (decode) over 4- and 8-bit MLX affine matrices (GGUF Q4_0 and Q8_0 "
+       "as loaded) and GGUF Q4_K and Q6_K run on tensor cores, 16 weight rows per warp: 1, or 0 for the integer "
+       "dot-product kernels, one weight row per warp (for comparison)."},
       {"XDG_CACHE_HOME", "", "Cache directory; `hearth bench` records runs in `$XDG_CACHE_HOME/hearth/evals.sqlite`."},
       {"HOME", "", "Home directory; the cache directory is `$HOME/.cache` when XDG_CACHE_HOME is unset."},
       {"HF_HOME", "",

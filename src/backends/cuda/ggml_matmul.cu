@@ -2,6 +2,8 @@
 // packed [N, row_bytes] u8. Q4_0 and Q8_0 never get here: the loader repacks them as symmetric
 // affine codes (quant_matmul.cu).
 //
+// Decode rows (T <= 8) run on tensor cores (q4_k_mma_kernel, q6_k_mma_kernel; HEARTH_CUDA_MV_MMA=0
+// keeps the dp4a kernels below), with the same x and the same integer sums per sub-block.
 // Q4_K decode rows (T <= 8) take integer dots: x rounded to int8 per 32 values (a Q4_K
 // sub-block; prepared_x.cuh), then per 16 bytes of codes (half of each of two sub-blocks: the
 // low nibbles of bytes 32c..32c+31 are sub-block 2c, the high ones 2c+1) 8 dp4a and one float
@@ -9,7 +11,7 @@
 // decode rows too, with the same x: a lane takes 16 values (one sub-block of one scale), builds
 // their 6-bit codes minus 32 as signed bytes from 16 bytes of ql and 16 of qh, and adds
 // d * scale * dx * isum (4 dp4a). Q6_K blocks are 210 bytes, so those 16 bytes may start
-// 2 bytes off a word: they are read as five aligned words and shifted. Up to kQuantGemmRows rows
+// 2 bytes off a word: they are read as four or five aligned words and shifted. Up to kQuantGemmRows rows
 // (batched decode) take the integer kernels 8 rows at a time; prefill dequantizes the matrix to
 // bf16 and takes the dense GEMM; embedding rows are decoded exactly as the CPU
 // reference computes them.
@@ -22,9 +24,11 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/loads.cuh"
+#include "backends/cuda/mma.cuh"
 #include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
 #include "backends/cuda/table_rows.cuh"
+#include "base/knobs.h"
 
 namespace hearth::cuda {
 namespace {
@@ -159,11 +163,13 @@ __global__ void q4_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
   store_rows<kT>(acc, lane, n, w.N, bias, y);
 }
 
-// The 16 bytes at p, which is 2-byte aligned, as four words (five aligned loads, shifted).
+// The 16 bytes at p, which is 2-byte aligned, as four words (four or five aligned loads, shifted;
+// nothing past p + 16 is read).
 __device__ inline uint4 load16_from_halfwords(const uint8_t* p) {
   const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
-  const uint32_t a = __ldg(w), b = __ldg(w + 1), c = __ldg(w + 2), d = __ldg(w + 3), e = __ldg(w + 4);
-  if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) return make_uint4(a, b, c, d);
+  const bool aligned = (reinterpret_cast<uintptr_t>(p) & 3) == 0;
+  const uint32_t a = __ldg(w), b = __ldg(w + 1), c = __ldg(w + 2), d = __ldg(w + 3), e = aligned ? 0u : __ldg(w + 4);
+  if (aligned) return make_uint4(a, b, c, d);
   return make_uint4(__funnelshift_r(a, b, 16), __funnelshift_r(b, c, 16), __funnelshift_r(c, d, 16),
                     __funnelshift_r(d, e, 16));
 }
@@ -223,11 +229,272 @@ __global__ void q6_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
   store_rows<kT>(acc, lane, n, w.N, bias, y);
 }
 
+// Q4_K decode rows on tensor cores (as quant_matvec_mma.cu does for MLX affine codes): mma
+// m16n8k32 with 16 weight rows as A (nibbles as u8) and xq as B (s8). Lane (g, t) loads 16 bytes
+// of qs per row, bytes 64s + 16t.. of a block's segment s (0, 1): low nibbles are values of
+// sub-block 4s + 2 (t / 2), high nibbles of sub-block 4s + 2 (t / 2) + 1, so an mma's k spans the
+// segment's four sub-blocks. B column 4u + q carries token u's xq only where the lane's nibbles
+// are sub-block 4s + q (b0 for low, b1 for high), and C column 2t + i is then token 2p + t / 2's
+// exact integer sum over sub-block 4s + 2 (t % 2) + i: two tokens per pass, and lanes t, t ^ 1
+// hold the four sub-blocks of one token. A block of 8 warps takes 16 rows, warp w the pairs of
+// Q4_K blocks w, w + 8, ...; the warps' sums meet in shared memory in a fixed order.
+constexpr int kMmaWarps = 8;
+
+// Sub-block j's 6-bit scale and min from a block's 16-byte head (j a constant after unrolling).
+__device__ inline void head_scale_min(const uint4& head, int j, float* sc, float* m) {
+  int s, mn;
+  q4_k_scale_min([&head](int i) { return scale_byte(head, i); }, j, &s, &mn);
+  *sc = static_cast<float>(s);
+  *m = static_cast<float>(mn);
+}
+
+template <int kPasses>
+__global__ void __launch_bounds__(kMmaWarps * 32, 2)
+    q4_k_mma_kernel(GgmlArgs w, PreparedX x, const float* bias, float* y, uint32_t T) {
+  constexpr uint32_t kLow = 0x0F0F0F0Fu;
+  __shared__ float partial[kMmaWarps][2 * kPasses][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const uint32_t N = static_cast<uint32_t>(w.N), K = static_cast<uint32_t>(w.K), G = K / 32, n0 = blockIdx.x * 16;
+  const uint32_t pairs = K / 512;  // of Q4_K blocks
+  const uint8_t* rows[2] = {w.blocks + min(n0 + g, N - 1) * w.row_bytes,
+                            w.blocks + min(n0 + g + 8, N - 1) * w.row_bytes};
+  // The warp's first pair of blocks (288 bytes, up to 4 lines of each row) into L2.
+  if (static_cast<uint32_t>(warp) < pairs) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(rows[r] + warp * 288) & ~uintptr_t{127};
+      const uintptr_t line = first + 128 * t;
+      if (line < reinterpret_cast<uintptr_t>(rows[r] + warp * 288 + 288)) prefetch_line(line);
+    }
+  }
+  wait_for_previous();
+  // Whether the lane's B column (g) takes its low or its high nibbles' k: sub-block 4s + g % 4.
+  const bool low_on = g % 4 == 2 * (t / 2), high_on = g % 4 == 2 * (t / 2) + 1;
+  float acc[kPasses][2];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) acc[p][0] = acc[p][1] = 0.0f;
+  for (uint32_t c = warp; c < pairs; c += kMmaWarps) {
+    uint4 head[2][2], q[2][2][2];  // [row][block][segment]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const uint8_t* block = rows[r] + (2 * c + b) * 144;
+        head[r][b] = load_stream(block);
+        q[r][b][0] = load_stream(block + 16 + 16 * t);
+        q[r][b][1] = load_stream(block + 16 + 64 + 16 * t);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const uint32_t kb = (2 * c + b) * 256;  // the block's first k
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        // The lane's 16 values of each nibble half: k = kb + 128 s + 64 (t / 2) + 16 (t % 2) + 0..15,
+        // and + 32 for the high nibbles.
+        const uint32_t k_low = kb + 128 * s + 64 * (t / 2) + 16 * (t % 2);
+        // d * scale and dmin * min of the lane's C columns' sub-blocks 4s + 2 (t % 2) + i, per row.
+        float dsc[2][2], dm[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint4& h = head[r][b];
+          const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFFu)));
+          const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            float sc0, m0, sc1, m1;
+            head_scale_min(h, 4 * s + i, &sc0, &m0);
+            head_scale_min(h, 4 * s + 2 + i, &sc1, &m1);
+            const bool odd = t % 2 != 0;
+            dsc[r][i] = d * (odd ? sc1 : sc0);
+            dm[r][i] = dmin * (odd ? m1 : m0);
+          }
+        }
+#pragma unroll
+        for (int p = 0; p < kPasses; ++p) {
+          const uint32_t u = 2 * p + g / 4;
+          int4 xl = make_int4(0, 0, 0, 0), xh = xl;
+          if (u < T) {
+            if (low_on) xl = *reinterpret_cast<const int4*>(x.q + u * K + k_low);
+            if (high_on) xh = *reinterpret_cast<const int4*>(x.q + u * K + k_low + 32);
+          }
+          const uint4& qa = q[0][b][s];
+          const uint4& qb = q[1][b][s];
+          const uint32_t wa[4] = {qa.x, qa.y, qa.z, qa.w}, wb[4] = {qb.x, qb.y, qb.z, qb.w};
+          const int xlw[4] = {xl.x, xl.y, xl.z, xl.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
+          int sum4[4] = {0, 0, 0, 0};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            mma_u8s8(sum4, wa[i] & kLow, wb[i] & kLow, (wa[i] >> 4) & kLow, (wb[i] >> 4) & kLow, xlw[i], xhw[i]);
+          }
+          // sum4: rows g (0, 1) and g + 8 (2, 3) of token 2p + t / 2, sub-blocks 4s + 2 (t % 2) + i.
+          const uint32_t tok = min(2 * p + t / 2, T - 1);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const uint32_t sub = kb / 32 + 4 * s + 2 * (t % 2) + i;
+            const float dx = x.dx[tok * G + sub], xsum = x.sum[tok * G + sub];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              acc[p][r] += dsc[r][i] * dx * static_cast<float>(sum4[2 * r + i]) - dm[r][i] * xsum;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Lanes t and t ^ 1 hold one token's two pairs of sub-blocks.
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float v = acc[p][r];
+      partial[warp][2 * p + r][lane] = v + __shfl_xor_sync(0xffffffffu, v, 1);
+    }
+  }
+  __syncthreads();
+  if (warp < 2 * kPasses) {
+    float total = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) total += partial[v][warp][lane];
+    const int p = warp / 2, r = warp % 2;
+    const uint32_t tok = 2 * p + t / 2, n = n0 + g + 8 * r;
+    if (t % 2 == 0 && tok < T && n < N) y[tok * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
+// Q6_K decode rows on tensor cores, as q4_k_mma_kernel: A = 16 rows' codes minus 32 (s8, built as
+// q6_k_dp4a_kernel builds them), B = xq. Lane t of segment s (values 64s.. of a block) takes
+// sub-block 4s + t (16 values, one scale), so B column 4u + q carries token u's xq on lane q only,
+// and C column 2t + i is token 2p + t / 2's exact sum over sub-block 4s + 2 (t % 2) + i. A block of
+// 8 warps takes 16 rows, warp w the Q6_K blocks w, w + 8, ...
+template <int kPasses>
+__global__ void __launch_bounds__(kMmaWarps * 32, 2)
+    q6_k_mma_kernel(GgmlArgs w, PreparedX x, const float* bias, float* y, uint32_t T) {
+  __shared__ float partial[kMmaWarps][2 * kPasses][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const uint32_t N = static_cast<uint32_t>(w.N), K = static_cast<uint32_t>(w.K), G = K / 32, n0 = blockIdx.x * 16;
+  const uint32_t blocks = K / 256;
+  const uint8_t* rows[2] = {w.blocks + min(n0 + g, N - 1) * w.row_bytes,
+                            w.blocks + min(n0 + g + 8, N - 1) * w.row_bytes};
+  // The warp's first block (210 bytes, up to 3 lines of each row) into L2.
+  if (static_cast<uint32_t>(warp) < blocks) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(rows[r] + warp * 210) & ~uintptr_t{127};
+      const uintptr_t line = first + 128 * t;
+      if (line < reinterpret_cast<uintptr_t>(rows[r] + warp * 210 + 210)) prefetch_line(line);
+    }
+  }
+  wait_for_previous();
+  const bool my_part = g % 4 == t;  // B column g is sub-block 4s + g % 4 of token g / 4
+  float acc[kPasses][2];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) acc[p][0] = acc[p][1] = 0.0f;
+  for (uint32_t b = warp; b < blocks; b += kMmaWarps) {
+    const uint8_t* block[2] = {rows[0] + b * 210, rows[1] + b * 210};
+    uint4 scales[2];
+    float d[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      scales[r] = load16_from_halfwords(block[r] + 192);
+      d[r] = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(block[r] + 208)));
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // The lane's sub-block 4s + t: half s / 2, group 2 (s % 2) + t / 2 of that half, its 16 values
+      // 16 (t % 2)..: low 4 bits from ql (high nibbles for groups 2, 3), high 2 from qh.
+      const int group = 2 * (s % 2) + t / 2;
+      uint32_t codes[2][4];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint4 ql = load16_from_halfwords(block[r] + 64 * (s / 2) + 32 * (group & 1) + 16 * (t % 2));
+        const uint4 qh = load16_from_halfwords(block[r] + 128 + 32 * (s / 2) + 16 * (t % 2));
+        const int low_shift = s % 2 != 0 ? 4 : 0, high_shift = 2 * group;
+        codes[r][0] = static_cast<uint32_t>(q6_k_codes(ql.x, qh.x, low_shift, high_shift));
+        codes[r][1] = static_cast<uint32_t>(q6_k_codes(ql.y, qh.y, low_shift, high_shift));
+        codes[r][2] = static_cast<uint32_t>(q6_k_codes(ql.z, qh.z, low_shift, high_shift));
+        codes[r][3] = static_cast<uint32_t>(q6_k_codes(ql.w, qh.w, low_shift, high_shift));
+      }
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        const uint32_t u = 2 * p + g / 4;
+        int4 xv = make_int4(0, 0, 0, 0);
+        if (my_part && u < T) xv = *reinterpret_cast<const int4*>(x.q + u * K + b * 256 + 64 * s + 16 * t);
+        int sum4[4] = {0, 0, 0, 0};
+        mma_s8s8(sum4, codes[0][0], codes[1][0], codes[0][1], codes[1][1], xv.x, xv.y);
+        mma_s8s8(sum4, codes[0][2], codes[1][2], codes[0][3], codes[1][3], xv.z, xv.w);
+        // sum4: rows g (0, 1) and g + 8 (2, 3) of token 2p + t / 2, sub-blocks 4s + 2 (t % 2) + i,
+        // both in x's group of 32 values 8b + 2s + t % 2.
+        const uint32_t tok = min(2 * p + t / 2, T - 1);
+        const float dx = x.dx[tok * G + b * 8 + 2 * s + t % 2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t word = s == 0 ? scales[r].x : s == 1 ? scales[r].y : s == 2 ? scales[r].z : scales[r].w;
+            const auto sc = static_cast<int8_t>((word >> (16 * (t % 2) + 8 * i)) & 0xFFu);
+            acc[p][r] += d[r] * static_cast<float>(sc) * dx * static_cast<float>(sum4[2 * r + i]);
+          }
+        }
+      }
+    }
+  }
+  // Lanes t and t ^ 1 hold one token's two pairs of sub-blocks.
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float v = acc[p][r];
+      partial[warp][2 * p + r][lane] = v + __shfl_xor_sync(0xffffffffu, v, 1);
+    }
+  }
+  __syncthreads();
+  if (warp < 2 * kPasses) {
+    float total = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) total += partial[v][warp][lane];
+    const int p = warp / 2, r = warp % 2;
+    const uint32_t tok = 2 * p + t / 2, n = n0 + g + 8 * r;
+    if (t % 2 == 0 && tok < T && n < N) y[tok * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
+// Whether q6_k_mma_kernel takes T rows of w: blocks 2-byte aligned, as the dp4a kernel reads them
+// (HEARTH_CUDA_MV_MMA), and two rows or more. At one row the dp4a kernel is ahead (H200,
+// cuda_ops_bench: down [4096, 14336] 27.8 against 29.6 us, the LM head 179 against 219).
+bool q6_k_mma_takes(const GgmlArgs& w, int64_t T) {
+  return knobs::cuda_mv_mma() && T > 1 && w.type == GgmlType::kQ6_K && w.row_bytes % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(w.blocks) % 2 == 0;
+}
+
+// Whether q4_k_mma_kernel takes T rows of w: K in pairs of blocks, rows 16-byte aligned
+// (HEARTH_CUDA_MV_MMA); at one row only where N <= K. Many rows over a short K keep the dp4a
+// kernel ahead, whose warp owns a row (H200, cuda_ops_bench at one row: gate/up [14336, 4096]
+// 16.9 against 19.6 us; q/o 9.0 against 8.0 and down [4096, 14336] 22.5 against 17.3 the other way).
+bool q4_k_mma_takes(const GgmlArgs& w, int64_t T) {
+  return knobs::cuda_mv_mma() && (T > 1 || w.N <= w.K) && w.type == GgmlType::kQ4_K && w.K % 512 == 0 &&
+         w.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0;
+}
+
 // The integer kernel of w's type, after x rounded to int8 per 32 values.
 template <int kT>
 void k_quant_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
                   void* scratch) {
   const PreparedX px = prepare_x<8>(s, XSource{x}, T, w.K, 32, scratch);
+  if (q4_k_mma_takes(w, T)) {
+    const unsigned tiles = static_cast<unsigned>((w.N + 15) / 16), threads = kMmaWarps * 32;
+    const auto T32 = static_cast<uint32_t>(T);
+    if (T <= 2) return launch_kernel(q4_k_mma_kernel<1>, tiles, threads, 0, s, w, px, bias, y, T32);
+    if (T <= 4) return launch_kernel(q4_k_mma_kernel<2>, tiles, threads, 0, s, w, px, bias, y, T32);
+    return launch_kernel(q4_k_mma_kernel<4>, tiles, threads, 0, s, w, px, bias, y, T32);
+  }
+  if (q6_k_mma_takes(w, T)) {
+    const unsigned tiles = static_cast<unsigned>((w.N + 15) / 16), threads = kMmaWarps * 32;
+    const auto T32 = static_cast<uint32_t>(T);
+    if (T <= 2) return launch_kernel(q6_k_mma_kernel<1>, tiles, threads, 0, s, w, px, bias, y, T32);
+    if (T <= 4) return launch_kernel(q6_k_mma_kernel<2>, tiles, threads, 0, s, w, px, bias, y, T32);
+    return launch_kernel(q6_k_mma_kernel<4>, tiles, threads, 0, s, w, px, bias, y, T32);
+  }
   launch_kernel(w.type == GgmlType::kQ4_K ? q4_k_dp4a_kernel<kT> : q6_k_dp4a_kernel<kT>,
                 blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
 }

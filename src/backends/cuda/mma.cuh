@@ -1,6 +1,6 @@
-// Tensor-core building blocks the mma kernels share (attention_mma.cu, quant_gemm.cu): staging
-// into shared memory with cp.async, ldmatrix, and mma.sync m16n8k16 on 16-bit inputs with f32
-// accumulation (sm_80 and later).
+// Tensor-core building blocks the mma kernels share (attention_mma.cu, quant_gemm.cu, the decode
+// matvecs): staging into shared memory with cp.async, ldmatrix, mma.sync m16n8k16 on 16-bit inputs
+// with f32 accumulation, and m16n8k32 on 8-bit inputs with s32 accumulation (sm_80 and later).
 //
 // Fragments (PTX ISA, mma.m16n8k16 with 16-bit inputs; g = lane / 4, c = lane % 4):
 //   A 16x16: a0 = A[g][2c, 2c+1], a1 = A[g+8][2c, 2c+1], a2 = A[g][2c+8, +9], a3 = A[g+8][2c+8, +9]
@@ -79,6 +79,24 @@ __device__ inline void load_matrices_trans(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(at));
+}
+
+// C += A . B with A 16x32 u8 (a0..a3 as for 16-bit inputs, four bytes per register: a0 = A[g][4c..4c+3],
+// a1 = A[g+8][4c..], a2 = A[g][4c+16..], a3 = A[g+8][4c+16..]), B 32x8 s8 (b0 = B[4c..4c+3][g],
+// b1 = B[4c+16..][g]) and C 16x8 s32 as above: the decode matvecs' integer dots.
+__device__ inline void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, int b0, int b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same with A as s8 (codes already centred, as Q6_K's q - 32).
+__device__ inline void mma_s8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, int b0, int b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 }  // namespace hearth::cuda
