@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
@@ -248,6 +249,44 @@ __device__ inline void head_scale_min(const uint4& head, int j, float* sc, float
   *m = static_cast<float>(mn);
 }
 
+// Unit `unit` (of `bytes` bytes) of each of the two rows into L2, lane t asking for its 128-byte
+// line t of each: what a k-quant tensor-core warp reads first, asked for before its wait.
+__device__ inline void prefetch_unit(const uint8_t* const (&rows)[2], int unit, int t, uint32_t bytes) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint8_t* from = rows[r] + unit * bytes;
+    const uintptr_t line = (reinterpret_cast<uintptr_t>(from) & ~uintptr_t{127}) + 128 * t;
+    if (line < reinterpret_cast<uintptr_t>(from + bytes)) prefetch_line(line);
+  }
+}
+
+// The end of the k-quant tensor-core kernels: lane (warp, lane)'s sums acc[p][r] (token
+// 2p + t / 2, rows n0 + g and n0 + g + 8, over two of the sub-blocks) added to lane t ^ 1's, which
+// holds the token's other two, the block's warps' sums met in `partial` in a fixed order, and each
+// (token, row) of y stored once, with its bias.
+template <int kPasses>
+__device__ inline void store_k_quant_tile(float (&partial)[kMmaWarps][2 * kPasses][32], const float (&acc)[kPasses][2],
+                                          uint32_t n0, uint32_t N, uint32_t T, const float* bias, float* y) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float v = acc[p][r];
+      partial[warp][2 * p + r][lane] = v + __shfl_xor_sync(0xffffffffu, v, 1);
+    }
+  }
+  __syncthreads();
+  if (warp < 2 * kPasses) {
+    float total = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) total += partial[v][warp][lane];
+    const int p = warp / 2, r = warp % 2;
+    const uint32_t tok = 2 * p + t / 2, n = n0 + g + 8 * r;
+    if (t % 2 == 0 && tok < T && n < N) y[tok * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+  }
+}
+
 template <int kPasses>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     q4_k_mma_kernel(GgmlArgs w, PreparedX x, const float* bias, float* y, uint32_t T) {
@@ -259,14 +298,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   const uint8_t* rows[2] = {w.blocks + min(n0 + g, N - 1) * w.row_bytes,
                             w.blocks + min(n0 + g + 8, N - 1) * w.row_bytes};
   // The warp's first pair of blocks (288 bytes, up to 4 lines of each row) into L2.
-  if (static_cast<uint32_t>(warp) < pairs) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uintptr_t first = reinterpret_cast<uintptr_t>(rows[r] + warp * 288) & ~uintptr_t{127};
-      const uintptr_t line = first + 128 * t;
-      if (line < reinterpret_cast<uintptr_t>(rows[r] + warp * 288 + 288)) prefetch_line(line);
-    }
-  }
+  if (static_cast<uint32_t>(warp) < pairs) prefetch_unit(rows, warp, t, 288);
   wait_for_previous();
   // Whether the lane's B column (g) takes its low or its high nibbles' k: sub-block 4s + g % 4.
   const bool low_on = g % 4 == 2 * (t / 2), high_on = g % 4 == 2 * (t / 2) + 1;
@@ -342,24 +374,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       }
     }
   }
-  // Lanes t and t ^ 1 hold one token's two pairs of sub-blocks.
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float v = acc[p][r];
-      partial[warp][2 * p + r][lane] = v + __shfl_xor_sync(0xffffffffu, v, 1);
-    }
-  }
-  __syncthreads();
-  if (warp < 2 * kPasses) {
-    float total = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kMmaWarps; ++v) total += partial[v][warp][lane];
-    const int p = warp / 2, r = warp % 2;
-    const uint32_t tok = 2 * p + t / 2, n = n0 + g + 8 * r;
-    if (t % 2 == 0 && tok < T && n < N) y[tok * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
-  }
+  store_k_quant_tile<kPasses>(partial, acc, n0, N, T, bias, y);
 }
 
 // Q6_K decode rows on tensor cores, as q4_k_mma_kernel: A = 16 rows' codes minus 32 (s8, built as
@@ -377,14 +392,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
   const uint8_t* rows[2] = {w.blocks + min(n0 + g, N - 1) * w.row_bytes,
                             w.blocks + min(n0 + g + 8, N - 1) * w.row_bytes};
   // The warp's first block (210 bytes, up to 3 lines of each row) into L2.
-  if (static_cast<uint32_t>(warp) < blocks) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uintptr_t first = reinterpret_cast<uintptr_t>(rows[r] + warp * 210) & ~uintptr_t{127};
-      const uintptr_t line = first + 128 * t;
-      if (line < reinterpret_cast<uintptr_t>(rows[r] + warp * 210 + 210)) prefetch_line(line);
-    }
-  }
+  if (static_cast<uint32_t>(warp) < blocks) prefetch_unit(rows, warp, t, 210);
   wait_for_previous();
   const bool my_part = g % 4 == t;  // B column g is sub-block 4s + g % 4 of token g / 4
   float acc[kPasses][2];
@@ -439,24 +447,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       }
     }
   }
-  // Lanes t and t ^ 1 hold one token's two pairs of sub-blocks.
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float v = acc[p][r];
-      partial[warp][2 * p + r][lane] = v + __shfl_xor_sync(0xffffffffu, v, 1);
-    }
-  }
-  __syncthreads();
-  if (warp < 2 * kPasses) {
-    float total = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kMmaWarps; ++v) total += partial[v][warp][lane];
-    const int p = warp / 2, r = warp % 2;
-    const uint32_t tok = 2 * p + t / 2, n = n0 + g + 8 * r;
-    if (t % 2 == 0 && tok < T && n < N) y[tok * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
-  }
+  store_k_quant_tile<kPasses>(partial, acc, n0, N, T, bias, y);
 }
 
 // Whether q6_k_mma_kernel takes T rows of w: blocks 2-byte aligned, as the dp4a kernel reads them
@@ -476,24 +467,31 @@ bool q4_k_mma_takes(const GgmlArgs& w, int64_t T) {
          w.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(w.blocks) % 16 == 0;
 }
 
+// T rows through a k-quant tensor-core kernel, a block per tile of 16 rows: kernel_of(passes) is
+// its instantiation for 1, 2 or 4 passes of two tokens.
+template <typename KernelOf>
+void launch_k_quant_mma(cudaStream_t s, KernelOf kernel_of, const GgmlArgs& w, const PreparedX& px, const float* bias,
+                        float* y, int64_t T) {
+  const unsigned tiles = static_cast<unsigned>((w.N + 15) / 16), threads = kMmaWarps * 32;
+  const auto T32 = static_cast<uint32_t>(T);
+  const auto launch = [&](auto kernel) { launch_kernel(kernel, tiles, threads, 0, s, w, px, bias, y, T32); };
+  if (T <= 2) return launch(kernel_of(std::integral_constant<int, 1>{}));
+  if (T <= 4) return launch(kernel_of(std::integral_constant<int, 2>{}));
+  launch(kernel_of(std::integral_constant<int, 4>{}));
+}
+
 // The integer kernel of w's type, after x rounded to int8 per 32 values.
 template <int kT>
 void k_quant_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, const float* bias, float* y,
                   void* scratch) {
   const PreparedX px = prepare_x<8>(s, XSource{x}, T, w.K, 32, scratch);
   if (q4_k_mma_takes(w, T)) {
-    const unsigned tiles = static_cast<unsigned>((w.N + 15) / 16), threads = kMmaWarps * 32;
-    const auto T32 = static_cast<uint32_t>(T);
-    if (T <= 2) return launch_kernel(q4_k_mma_kernel<1>, tiles, threads, 0, s, w, px, bias, y, T32);
-    if (T <= 4) return launch_kernel(q4_k_mma_kernel<2>, tiles, threads, 0, s, w, px, bias, y, T32);
-    return launch_kernel(q4_k_mma_kernel<4>, tiles, threads, 0, s, w, px, bias, y, T32);
+    return launch_k_quant_mma(
+        s, [](auto passes) { return q4_k_mma_kernel<decltype(passes)::value>; }, w, px, bias, y, T);
   }
   if (q6_k_mma_takes(w, T)) {
-    const unsigned tiles = static_cast<unsigned>((w.N + 15) / 16), threads = kMmaWarps * 32;
-    const auto T32 = static_cast<uint32_t>(T);
-    if (T <= 2) return launch_kernel(q6_k_mma_kernel<1>, tiles, threads, 0, s, w, px, bias, y, T32);
-    if (T <= 4) return launch_kernel(q6_k_mma_kernel<2>, tiles, threads, 0, s, w, px, bias, y, T32);
-    return launch_kernel(q6_k_mma_kernel<4>, tiles, threads, 0, s, w, px, bias, y, T32);
+    return launch_k_quant_mma(
+        s, [](auto passes) { return q6_k_mma_kernel<decltype(passes)::value>; }, w, px, bias, y, T);
   }
   launch_kernel(w.type == GgmlType::kQ4_K ? q4_k_dp4a_kernel<kT> : q6_k_dp4a_kernel<kT>,
                 blocks_for(w.N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, w, px, bias, y);
