@@ -96,6 +96,25 @@ TEST_P(CudaParity, GreedyContinuationMatchesTransformers) {
   EXPECT_EQ(got, f.greedy);
 }
 
+// The fixture's matrices in bf16 on the GPU (prefill on tensor cores with x rounded to bf16,
+// decode steps, chunks of 7; an f16 KV cache) against the f32 model on the CPU: within the CPU's
+// own bf16 bounds on the KL (2e-4) and, with room for the rounding of x, 5e-2 of the range.
+TEST_P(CudaParity, Bf16WeightsRunCloseToTheCpuF32) {
+  const Fixture f = load_fixture(GetParam());
+  ThreadPool pool(2);
+  const Tensor f32 = run_chunked(*load_model(f.dir), Context{&pool, kCpu}, f.tokens, 1 << 20, 16);
+  auto gpu = load_model(f.dir, LoadOptions{.weight_dtype = DType::kBF16, .device = kGpu});
+  const float range = testing::max_abs(f32);
+  for (int64_t chunk : {int64_t{1} << 20, int64_t{1}, int64_t{7}}) {
+    const Tensor got = run_chunked(*gpu, Context{nullptr, kGpu}, f.tokens, chunk, 16);
+    const double kl = testing::mean_kl(f32, got), rel = testing::max_abs_diff(got, f32) / range;
+    EXPECT_LE(kl, 2e-4) << "chunk " << chunk;
+    EXPECT_LE(rel, 5e-2) << "chunk " << chunk;
+    std::printf("%s bf16 on the GPU against the CPU's f32, chunk %lld: mean KL %.3g, max rel %.3g\n",
+                GetParam().c_str(), static_cast<long long>(chunk), kl, rel);
+  }
+}
+
 // The fixture converted to MLX affine 4 and 8 bits (`hearth convert -q`, groups of 32), on the
 // GPU against the same quantized model on the CPU:
 // - decode steps take integer dots with x rounded to int8 per group, as the CPU's VNNI kernels
@@ -103,9 +122,12 @@ TEST_P(CudaParity, GreedyContinuationMatchesTransformers) {
 //   the scalar kernels, which dequantize each weight and take f32 dots (the tiny random
 //   fixtures' logits are steep: 1.9e-4 to 8.8e-4 measured, where 4 bits cost 4e-2 against f32);
 // - one prefill (the matrices dequantized to bf16, x rounded to bf16, tensor cores) within a
-//   mean KL of 1e-4 and 3e-2 of the range of the scalar kernels.
+//   mean KL of 1e-4 and 3e-2 of the range of the scalar kernels;
+// - decode steps against the f32 model on the CPU: within the CPU's own bounds for the format
+//   (5e-2 for 4 bits, 1e-3 for 8), widened for the GPU's rounding of x (7e-2 and 3e-3).
 TEST_P(CudaParity, QuantizedModelsMatchTheCpuReference) {
   const Fixture f = load_fixture(GetParam());
+  const Tensor f32 = run_chunked(*load_model(f.dir), Context{nullptr, kCpu}, f.tokens, 1 << 20, 16);
   for (int bits : {4, 8}) {
     testing::TempDir tmp;
     int status = 0;
@@ -125,14 +147,16 @@ TEST_P(CudaParity, QuantizedModelsMatchTheCpuReference) {
     const Tensor stepped = run_chunked(*gpu, Context{nullptr, kGpu}, f.tokens, 1, 16);
     const double stepped_kl = testing::mean_kl(on_cpu, stepped);
     EXPECT_LE(stepped_kl, 2e-3) << bits << "-bit, token by token";
+    const double f32_kl = testing::mean_kl(f32, stepped);
+    EXPECT_LE(f32_kl, bits == 4 ? 7e-2 : 3e-3) << bits << "-bit, token by token, against f32";
     const Tensor whole = run_chunked(*gpu, Context{nullptr, kGpu}, f.tokens, 1 << 20, 16);
     const double kl = testing::mean_kl(on_cpu, whole), rel = testing::max_abs_diff(whole, on_cpu) / range;
     EXPECT_LE(kl, 1e-4) << bits << "-bit, one prefill";
     EXPECT_LE(rel, 3e-2) << bits << "-bit, one prefill";
     std::printf(
         "%s %d-bit on the GPU against the scalar CPU: token by token mean KL %.3g; one prefill mean KL %.3g, "
-        "max rel %.3g\n",
-        GetParam().c_str(), bits, stepped_kl, kl, rel);
+        "max rel %.3g; token by token against the CPU's f32 model: mean KL %.3g\n",
+        GetParam().c_str(), bits, stepped_kl, kl, rel, f32_kl);
   }
 }
 
