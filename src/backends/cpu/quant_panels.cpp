@@ -12,9 +12,13 @@
 // group: y[t, rows] += cvt(isum) * (s[rows] * dx[t, g]) + b[rows] * xsum[t, g]. The 16 rows'
 // results come out as one vector: no horizontal sums, no per-lane scale shuffles.
 //
-// Decode (T <= kVnniDecodeRows): each panel is read once for all x rows, as one stream, with a
-// software prefetch ahead of it. Prefill: a register tile of kR panels x kTT x rows, so each
-// unpacked weight vector meets kTT x rows; x is taken in chunks that stay in L2.
+// Decode (T <= kVnniDecodeRows): each panel is read once for all x rows, as one stream, left to
+// the hardware prefetchers. A software prefetch 4 KiB ahead (into L2; into L1 was worse) held the
+// stream to ~40 GB/s when the host reads 55-60, against ~50 without it, and gained nothing at the
+// usual ~33 (decode_stream_bench; bench/RESULTS.md, 2026-12-04, stop 26).
+//
+// Prefill: a register tile of kR panels x kTT x rows, so each unpacked weight vector meets
+// kTT x rows; x is taken in chunks that stay in L2.
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -31,11 +35,6 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kTChunk = 64;  // x rows per prefill chunk
-// Decode: software prefetch distance along a panel, into L2 (T1). Into L1 (T0) it read the same
-// at the host's usual ~32 GB/s and less when the host reads 50+ GB/s (bench/RESULTS.md,
-// 2026-12-04), presumably because prefetches to L1 hold the core's few L1 miss buffers, which the
-// stream needs more of when memory answers faster.
-constexpr int64_t kPrefetchBytes = 4096;
 
 // x rounded to int8 per group, in natural order.
 struct PreparedX {
@@ -150,7 +149,6 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
       for (int t = 0; t < kT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
       const int64_t k0 = g * gs;
       for (int64_t j = 0; j < steps; ++j, src += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchBytes), _MM_HINT_T1);
         __m512i lo, hi;
         unpack<kBits>(src, lo, hi);
         const int64_t k = k0 + j * kPerStep;
