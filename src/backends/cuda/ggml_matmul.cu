@@ -3,7 +3,8 @@
 // affine codes (quant_matmul.cu).
 //
 // Decode rows (T <= 8) run on tensor cores (q4_k_mma_kernel, q6_k_mma_kernel; HEARTH_CUDA_MV_MMA=0
-// keeps the dp4a kernels below), with the same x and the same integer sums per sub-block.
+// keeps the dp4a kernels below), with the same x and the same integer sums per sub-block; at one
+// row only Q4_K matrices with N <= K do, where that is faster (q4_k_mma_takes, q6_k_mma_takes).
 // Q4_K decode rows (T <= 8) take integer dots: x rounded to int8 per 32 values (a Q4_K
 // sub-block; prepared_x.cuh), then per 16 bytes of codes (half of each of two sub-blocks: the
 // low nibbles of bytes 32c..32c+31 are sub-block 2c, the high ones 2c+1) 8 dp4a and one float

@@ -7,8 +7,10 @@
 // rounds x to int8 per weight group (xq = rint(x / dx), dx = max|x| / 127, exactly as the CPU
 // rounds it) and keeps each group's exact sum of x; then per group g of row n
 //   sum_k x[k] (s q[k] + b) ~= s dx[g] sum_k q[k] xq[k] + b sum_k x[k],
-// the integer sum taken on tensor cores where the groups are of 64 or 128 (quant_matvec_mma.cu, 16
-// rows per warp), else by dp4a, four codes per instruction. dp4a: one warp per row, each lane taking
+// the integer sum taken on tensor cores in groups of 32, 64 or 128 with 16-bit parameters
+// (quant_matvec_mma.cu, 16 rows per warp), else by dp4a, four codes per instruction; one 4-bit
+// row goes to the dp4a kernel whose lanes share each round's parameters where that applies (the
+// widest matrices, where it is faster). dp4a: one warp per row, each lane taking
 // 16 bytes of codes at a time (32 4-bit or 16 8-bit codes, within one group), four loads in
 // flight. For 4 bits a word's low nibbles (codes 0, 2, 4, 6) and high nibbles (1, 3, 5, 7) each
 // meet four bytes of xq, which the first kernel stores in that order. Several matrices of one
