@@ -70,6 +70,16 @@ void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, uns
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch");
 }
 
+// Warps of `kernel` (blocks of `threads`) that the current GPU holds at once, all SMs full.
+template <typename Kernel>
+int64_t resident_warps(Kernel kernel, int threads) {
+  int device = 0, sms = 0, blocks = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
+  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+  return int64_t{sms} * blocks * (threads / 32);
+}
+
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t s, Args&&... args) {
   launch_cluster_kernel(kernel, grid, block, 1, shared, s, std::forward<Args>(args)...);

@@ -97,7 +97,7 @@ __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
 // slower on the H200: 2.5-2.7 TB/s instead of 3.0-3.1 for the 4096-row matrices.) Needs K * sizeof(W)
 // and the rows' start a multiple of 16 bytes, and x 16-byte aligned.
 template <typename W, int kT>
-__global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
+__device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int64_t K) {
   constexpr int kPer = 16 / sizeof(W);  // elements per 16-byte load
   constexpr int kUnroll = 4;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
@@ -141,10 +141,37 @@ __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
 }
 
 template <typename W, int kT>
+__global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
+  matvec16<W, kT>(x, p, K);
+}
+
+// The same with its registers capped so that an SM holds kCappedBlocksPerSm blocks (H200: 40
+// registers, 6 blocks, where the kernel above takes 42 and 5). Slower per warp (o 12.0 -> 13.3 us,
+// down 34.3 -> 38.2), it wins where the rows fill one wave of it but more than one of the kernel
+// above, whose last partial wave would read with few warps: q+k+v's 6144 rows (768 blocks against
+// 660 resident) ran 19.4 -> 14.4 us (bench/RESULTS.md, 2026-12-04, stop 27).
+constexpr int kCappedBlocksPerSm = 6;
+template <typename W, int kT>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kCappedBlocksPerSm)
+    matvec16_capped_kernel(const float* x, Parts<W> p, int64_t K) {
+  matvec16<W, kT>(x, p, K);
+}
+
+template <typename W, int kT>
 void matvec(cudaStream_t s, const float* x, const Parts<W>& p, int64_t K) {
   bool aligned = (K * sizeof(W)) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int i = 0; i < p.n; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(p.w[i]) % 16 == 0;
+  constexpr unsigned threads = kWarpsPerBlock * 32;
   const unsigned blocks = blocks_for(p.first[p.n], kWarpsPerBlock);
+  if constexpr (kT == 1) {
+    // Once per instantiation (and process: the first GPU's counts stand for all).
+    static const int64_t resident = resident_warps(matvec16_kernel<W, kT>, threads),
+                         capped = resident_warps(matvec16_capped_kernel<W, kT>, threads);
+    const int64_t warps = int64_t{blocks} * kWarpsPerBlock;
+    if (aligned && warps > resident && warps <= capped) {
+      return launch_kernel(matvec16_capped_kernel<W, kT>, blocks, threads, 0, s, x, p, K);
+    }
+  }
   if (aligned) {
     launch_kernel(matvec16_kernel<W, kT>, blocks, kWarpsPerBlock * 32, 0, s, x, p, K);
   } else {

@@ -283,16 +283,6 @@ void with_rows(int64_t T, F&& f) {
   }
 }
 
-// Warps of `kernel` (blocks of `threads`) that the current GPU holds at once, all SMs full.
-template <typename Kernel>
-int64_t resident_warps(Kernel kernel, int threads) {
-  int device = 0, sms = 0, blocks = 0;
-  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
-  HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
-  return int64_t{sms} * blocks * (threads / 32);
-}
-
 // Whether the kShared kernel takes L (16-bit parameters): 1, 2 or 4 loads of codes per group,
 // rows of exactly one round (32 to 128 loads; no lane leaves the loop before the others),
 // parameters aligned for the lanes' wide loads, and at least as many rows as the GPU holds its
