@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/parallel_rows.h"
@@ -106,6 +107,95 @@ HEARTH_VNNI inline __m512i broadcast4(const int8_t* x) {
   return _mm512_set1_epi32(v);
 }
 
+// Stores the 16 lanes of panel p for x row t (fewer in the last panel) plus the bias, or adds
+// them to y's old values where the part accumulates (a residual add, the old values last).
+HEARTH_VNNI inline void store_rows(__m512 acc, const PanelPart& part, int64_t p, int64_t t) {
+  const int64_t N = part.w.N, n0 = p * 16;
+  const __mmask16 m = simd::tail_mask16(N - n0);
+  float* y = part.y + t * N + n0;
+  if (part.bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, part.bias + n0));
+  if (part.accumulate) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, y));
+  _mm512_mask_storeu_ps(y, m, acc);
+}
+
+// The int32 dots of one group of a panel's 16 rows (lane r: row r) with kT rows of x, src at
+// the group's first step and xq at its first element of x row 0; the loop over the group's
+// kSteps steps unrolls whole. Two accumulators per x row keep two vpdpbusd chains in flight: the 4-bit low and
+// high nibbles, or alternate 8-bit steps. A 4-bit high nibble stays in place (v & 0xf0, 16 times
+// its code), so one shift per group (exact: the sum is a multiple of 16) replaces one per step.
+template <int kBits, int kT, int kSteps>
+HEARTH_VNNI inline void group_dots(const uint8_t* src, const int8_t* xq, int64_t K, __m512i (&dot)[kT]) {
+  constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
+  __m512i s0[kT], s1[kT];
+  for (int t = 0; t < kT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 32
+  for (int j = 0; j < kSteps; ++j) {
+    const __m512i v = _mm512_loadu_si512(src + j * 64);
+    for (int t = 0; t < kT; ++t) {
+      const int8_t* x = xq + t * K + j * kPerStep;
+      if constexpr (kBits == 4) {
+        s0[t] = _mm512_dpbusd_epi32(s0[t], _mm512_and_si512(v, _mm512_set1_epi8(0x0f)), broadcast4(x));
+        s1[t] = _mm512_dpbusd_epi32(s1[t], _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0))),
+                                    broadcast4(x + 4));
+      } else if (j % 2 == 0) {
+        s0[t] = _mm512_dpbusd_epi32(s0[t], v, broadcast4(x));
+      } else {
+        s1[t] = _mm512_dpbusd_epi32(s1[t], v, broadcast4(x));
+      }
+    }
+  }
+  for (int t = 0; t < kT; ++t) dot[t] = _mm512_add_epi32(s0[t], kBits == 4 ? _mm512_srai_epi32(s1[t], 4) : s1[t]);
+}
+
+// Decode: panels p0 .. p1 against all kT rows of x, one group after another.
+template <int kBits, int kT, int kSteps>
+HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
+  const AffineMatrix& w = part.w;
+  constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
+  constexpr int64_t kGroupSize = kSteps * kPerStep;
+  const int64_t K = x.K, groups = x.groups;
+  const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = codes + p * K * kBits * 2;
+    __m512 acc[kT];
+    for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g, src += kSteps * 64) {
+      __m512i dot[kT];
+      group_dots<kBits, kT, kSteps>(src, x.q.data() + g * kGroupSize, K, dot);
+      const __m512 scale = load_params(w.scales, w.scale_type, p, groups, g);
+      const __m512 b = group_bias<kBits>(w, scale, p, groups, g);
+      for (int t = 0; t < kT; ++t) {
+        const size_t tg = static_cast<size_t>(t * groups + g);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
+        acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
+      }
+    }
+    for (int t = 0; t < kT; ++t) store_rows(acc[t], part, p, t);
+  }
+}
+
+// The group sizes (32, 64, 128: core/quant.cpp admits no other) as compile-time step counts.
+template <int kBits, int kT>
+void decode_sized(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
+  constexpr int kPerStep = kBits == 4 ? 8 : 4;
+  switch (x.group_size) {
+    case 32: decode_panels<kBits, kT, 32 / kPerStep>(x, part, p0, p1); break;
+    case 64: decode_panels<kBits, kT, 64 / kPerStep>(x, part, p0, p1); break;
+    case 128: decode_panels<kBits, kT, 128 / kPerStep>(x, part, p0, p1); break;
+    default: HEARTH_CHECK_MSG(false, "panel decode: group size " + std::to_string(x.group_size));
+  }
+}
+
+template <int kBits>
+void decode_any(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
+  switch (x.T) {
+    case 1: decode_sized<kBits, 1>(x, part, p0, p1); break;
+    case 2: decode_sized<kBits, 2>(x, part, p0, p1); break;
+    case 3: decode_sized<kBits, 3>(x, part, p0, p1); break;
+    default: decode_sized<kBits, 4>(x, part, p0, p1); break;
+  }
+}
+
 // One step's codes as the vectors vpdpbusd takes: 8 bits as they are; 4 bits split into the
 // low nibbles (elements +0..3 of each lane) and the high nibbles (+4..7).
 template <int kBits>
@@ -118,72 +208,6 @@ HEARTH_VNNI inline void unpack(const uint8_t* src, __m512i& lo, __m512i& hi) {
   } else {
     lo = v;
     hi = v;
-  }
-}
-
-// Stores the 16 lanes of panel p for x row t (fewer in the last panel) plus the bias, or adds
-// them to y's old values where the part accumulates (a residual add, the old values last).
-HEARTH_VNNI inline void store_rows(__m512 acc, const PanelPart& part, int64_t p, int64_t t) {
-  const int64_t N = part.w.N, n0 = p * 16;
-  const __mmask16 m = simd::tail_mask16(N - n0);
-  float* y = part.y + t * N + n0;
-  if (part.bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, part.bias + n0));
-  if (part.accumulate) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, y));
-  _mm512_mask_storeu_ps(y, m, acc);
-}
-
-// Decode: panels p0 .. p1 against all kT rows of x. Two int32 accumulators per x row (the
-// 4-bit halves, or alternate 8-bit steps) keep two vpdpbusd chains in flight.
-template <int kBits, int kT>
-HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
-  const AffineMatrix& w = part.w;
-  constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
-  const int64_t K = x.K, groups = x.groups, gs = x.group_size, steps = gs / kPerStep;
-  const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* src = codes + p * K * kBits * 2;
-    __m512 acc[kT];
-    for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < groups; ++g) {
-      __m512i s0[kT], s1[kT];
-      for (int t = 0; t < kT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
-      const int64_t k0 = g * gs;
-      for (int64_t j = 0; j < steps; ++j, src += 64) {
-        __m512i lo, hi;
-        unpack<kBits>(src, lo, hi);
-        const int64_t k = k0 + j * kPerStep;
-        for (int t = 0; t < kT; ++t) {
-          const int8_t* xq = x.q.data() + t * K + k;
-          if constexpr (kBits == 4) {
-            s0[t] = _mm512_dpbusd_epi32(s0[t], lo, broadcast4(xq));
-            s1[t] = _mm512_dpbusd_epi32(s1[t], hi, broadcast4(xq + 4));
-          } else if (j % 2 == 0) {
-            s0[t] = _mm512_dpbusd_epi32(s0[t], lo, broadcast4(xq));
-          } else {
-            s1[t] = _mm512_dpbusd_epi32(s1[t], lo, broadcast4(xq));
-          }
-        }
-      }
-      const __m512 scale = load_params(w.scales, w.scale_type, p, groups, g);
-      const __m512 b = group_bias<kBits>(w, scale, p, groups, g);
-      for (int t = 0; t < kT; ++t) {
-        const size_t tg = static_cast<size_t>(t * groups + g);
-        const __m512 d = _mm512_cvtepi32_ps(_mm512_add_epi32(s0[t], s1[t]));
-        acc[t] = _mm512_fmadd_ps(d, _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
-        acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
-      }
-    }
-    for (int t = 0; t < kT; ++t) store_rows(acc[t], part, p, t);
-  }
-}
-
-template <int kBits>
-void decode_any(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
-  switch (x.T) {
-    case 1: decode_panels<kBits, 1>(x, part, p0, p1); break;
-    case 2: decode_panels<kBits, 2>(x, part, p0, p1); break;
-    case 3: decode_panels<kBits, 3>(x, part, p0, p1); break;
-    default: decode_panels<kBits, 4>(x, part, p0, p1); break;
   }
 }
 
