@@ -380,6 +380,75 @@ TEST(CudaOps, MatmulGroupGivesEachPartItsOwnMatmul) {
   }
 }
 
+// ops::norm_matmul_group over dense matrices: a decode row takes the norm inside the matvec,
+// bit-identical to rms_norm then matmul_group; other row counts run those two. The q+k+v shape
+// (6144 rows of 4096) is the launch that runs on the register-capped kernel on an H200 (more warps
+// than the plain kernel holds at once, no more than the capped one does): it is also checked
+// against the scalar reference.
+TEST(CudaOps, MatmulGroupTakesTheNormAsRmsNormThenTheMatmul) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(21);
+  Context ctx = gpu_ctx();
+  struct Case {
+    int64_t K;
+    std::vector<int64_t> sizes;
+  };
+  for (const Case& c : {Case{512, {300, 7, 64}}, Case{1000, {33}}, Case{4096, {4096, 1024, 1024}}}) {
+    for (DType type : {DType::kF32, DType::kBF16, DType::kF16}) {
+      if (c.K == 4096 && type != DType::kBF16) continue;
+      for (int64_t T : {1, 2}) {
+        const std::vector<float> xf = random_floats(rng, size_t(T * c.K), -3.0f, 3.0f),
+                                 norm_f = random_floats(rng, size_t(c.K));
+        const Tensor x = on_gpu({T, c.K}, xf), norm_w = on_gpu({c.K}, norm_f);
+        std::vector<Tensor> w, bias;
+        for (size_t i = 0; i < c.sizes.size(); ++i) {
+          const std::vector<float> values = random_floats(rng, size_t(c.sizes[i] * c.K));
+          w.push_back(Tensor::from_f32({c.sizes[i], c.K}, values.data()).to(type).to_device(kGpu));
+          bias.push_back(i == 1 ? Tensor() : on_gpu({c.sizes[i]}, random_floats(rng, size_t(c.sizes[i]))));
+        }
+        // The last part accumulates into y0.
+        const size_t last = c.sizes.size() - 1;
+        const std::vector<float> y0 = random_floats(rng, size_t(T * c.sizes[last]));
+        auto outputs = [&] {
+          std::vector<Tensor> y;
+          for (size_t i = 0; i < last; ++i) y.push_back(Tensor::empty({T, c.sizes[i]}, DType::kF32, kGpu));
+          y.push_back(on_gpu({T, c.sizes[last]}, y0));
+          return y;
+        };
+        auto parts_of = [&](std::vector<Tensor>& y) {
+          std::vector<ops::MatmulPart> parts;
+          for (size_t i = 0; i < c.sizes.size(); ++i) parts.push_back({&w[i], &bias[i], &y[i], nullptr, i == last});
+          return parts;
+        };
+        std::vector<Tensor> fused = outputs(), apart = outputs();
+        ops::norm_matmul_group(ctx, x, norm_w, 1e-5f, parts_of(fused));
+        Tensor normed = Tensor::empty({T, c.K}, DType::kF32, kGpu);
+        ops::rms_norm(ctx, x, norm_w, 1e-5f, normed);
+        ops::matmul_group(ctx, normed, parts_of(apart));
+        const std::string what =
+            std::string(dtype_name(type)) + " K=" + std::to_string(c.K) + " T=" + std::to_string(T);
+        for (size_t i = 0; i < c.sizes.size(); ++i)
+          EXPECT_EQ(to_host<float>(fused[i]), to_host<float>(apart[i])) << what << ", part " << i;
+        if (c.K != 4096) continue;
+        const std::vector<float> xn = to_host<float>(normed);
+        for (size_t i = 0; i < c.sizes.size(); ++i) {
+          const int64_t N = c.sizes[i];
+          const Tensor wh = w[i].to_device(kCpu);
+          const std::vector<float> b =
+              bias[i].defined() ? to_host<float>(bias[i]) : std::vector<float>(size_t(N), 0.0f);
+          std::vector<float> want(size_t(T * N));
+          cpu::matmul(Isa::kScalar, nullptr, xn.data(), T, c.K, wh.raw(), type, N, b.data(), want.data());
+          const std::vector<float> got = to_host<float>(fused[i]);
+          for (size_t e = 0; e < got.size(); ++e) {
+            const float ref = i == last ? y0[e] + want[e] : want[e];
+            ASSERT_NEAR(got[e], ref, 1e-4f * (1.0f + std::abs(ref))) << what << ", part " << i << " element " << e;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Paged attention over a shuffled block table with NaN in every unused slot, prefill and
 // decode rows of several sequences, GQA groups of 4, 1, 3 and 12 query heads per KV head,
 // windows, and each cache type; then a batch of decode rows only (the split kernels, contexts

@@ -6,6 +6,7 @@
 // turn into affine codes) throw Unsupported naming the op.
 #include <array>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "backends/cuda/cuda_common.h"
@@ -63,17 +64,9 @@ class CudaBackend final : public Backend {
   // for all parts (quantized ones of different shapes split in quantized_matvec_group).
   void matmul_group(Context& ctx, const Tensor& x, std::span<const ops::MatmulPart> parts) override {
     const int64_t T = x.dim(0);
-    bool dense = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
-    for (const ops::MatmulPart& p : parts) dense = dense && p.qw == nullptr && p.w->dtype() == parts[0].w->dtype();
-    if (dense) {
-      std::array<MatvecPart, kMaxMatvecParts> launch{};
-      for (size_t i = 0; i < parts.size(); ++i) {
-        const ops::MatmulPart& p = parts[i];
-        launch[i] = {p.w->raw(), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(), p.w->dim(0),
-                     p.accumulate};
-      }
+    if (const auto launch = dense_decode(x, parts)) {
       return cuda::matvec_group(use_device(ctx.device), x.data<float>(), T, x.dim(1), parts[0].w->dtype(),
-                                launch.data(), static_cast<int>(parts.size()));
+                                launch->data(), static_cast<int>(parts.size()));
     }
     if (takes_integer_decode(x, parts)) {
       AffineLaunch L(ctx, x, parts);
@@ -83,12 +76,34 @@ class CudaBackend final : public Backend {
     Backend::matmul_group(ctx, x, parts);
   }
 
-  // 4/8-bit decode rows: the norm computed as x is rounded to int8 (prepared_x.cuh), one launch
-  // fewer per layer; else the default (rms_norm, then matmul_group).
+  // Decode rows: the norm computed by the matvec, one launch fewer per layer: as 4/8-bit x is
+  // rounded to int8 (prepared_x.cuh), or by each block of a dense matvec of one row (matmul.cu);
+  // else the default (rms_norm, then matmul_group).
   void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
                          std::span<const ops::MatmulPart> parts) override {
+    if (const auto launch = dense_decode(x, parts)) {
+      if (cuda::norm_matvec_group(use_device(ctx.device), x.data<float>(), norm_w.data<float>(), eps, x.dim(0),
+                                  x.dim(1), parts[0].w->dtype(), launch->data(), static_cast<int>(parts.size())))
+        return;
+    }
     const XSource src{x.data<float>(), nullptr, norm_w.data<float>(), eps};
     if (!integer_decode(ctx, x, src, parts)) Backend::norm_matmul_group(ctx, x, norm_w, eps, parts);
+  }
+
+  // The matvec kernels' view of decode rows through dense matrices of one type; none otherwise.
+  static std::optional<std::array<MatvecPart, kMaxMatvecParts>> dense_decode(const Tensor& x,
+                                                                             std::span<const ops::MatmulPart> parts) {
+    const int64_t T = x.dim(0);
+    bool dense = T >= 1 && T <= kMatvecRows && !parts.empty() && parts.size() <= kMaxMatvecParts;
+    for (const ops::MatmulPart& p : parts) dense = dense && p.qw == nullptr && p.w->dtype() == parts[0].w->dtype();
+    if (!dense) return std::nullopt;
+    std::array<MatvecPart, kMaxMatvecParts> launch{};
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const ops::MatmulPart& p = parts[i];
+      launch[i] = {p.w->raw(), p.bias->defined() ? p.bias->data<float>() : nullptr, p.y->data<float>(), p.w->dim(0),
+                   p.accumulate};
+    }
+    return launch;
   }
 
   // The same for silu(gate) * up, the MLP's down projection.

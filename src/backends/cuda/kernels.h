@@ -91,6 +91,11 @@ struct MatvecPart {
   bool accumulate = false;
 };
 void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_type, const MatvecPart* parts, int n);
+// matvec_group of RMSNorm(x) * norm_w ([K] f32, eps), bit-identical to rms_norm then
+// matvec_group, the norm computed by each block of the launch; false, launching nothing, where the
+// kernel does not take it (more than one row of x, unaligned data, K past 12288).
+bool norm_matvec_group(cudaStream_t s, const float* x, const float* norm_w, float eps, int64_t T, int64_t K,
+                       DType w_type, const MatvecPart* parts, int n);
 // x: [n] f32 rounded to nearest even into out: [n] of `type` (bf16 or f16).
 void round_to_16bit(cudaStream_t s, const float* x, int64_t n, DType type, void* out);
 // True when matmul needs `scratch` for these sizes.

@@ -70,13 +70,14 @@ void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, uns
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch");
 }
 
-// Warps of `kernel` (blocks of `threads`) that the current GPU holds at once, all SMs full.
+// Warps of `kernel` (blocks of `threads`, `shared` bytes of dynamic shared memory each) that the
+// current GPU holds at once, all SMs full.
 template <typename Kernel>
-int64_t resident_warps(Kernel kernel, int threads) {
+int64_t resident_warps(Kernel kernel, int threads, size_t shared = 0) {
   int device = 0, sms = 0, blocks = 0;
   HEARTH_CUDA_CHECK(cudaGetDevice(&device));
   HEARTH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+  HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared));
   return int64_t{sms} * blocks * (threads / 32);
 }
 

@@ -92,12 +92,43 @@ __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
   }
 }
 
+// An RMSNorm that a launch applies to its one row of x (w null: none).
+struct RowNorm {
+  const float* w;
+  float eps;
+};
+
+// x as a kernel of the launch reads it: as given, or (kNorm, one row) RMSNorm(x) * norm.w, which
+// each block computes into its shared memory ([K] f32, dynamic) after the wait, with the norm
+// kernel's threads, tree and arithmetic (rms_norm.cu), so the matvec sees the bits rms_norm
+// writes. Costs every block a read of x and the norm's weights from L2, and saves the launch of
+// the norm and its round trip through memory. Needs x and norm.w 16-byte aligned, K % 4 == 0.
+template <bool kNorm>
+__device__ __forceinline__ const float* row_source(const float* x, RowNorm norm, int64_t K) {
+  if constexpr (!kNorm) {
+    return x;
+  } else {
+    static_assert(kWarpsPerBlock * 32 == kRowThreads, "a block sums the row's squares as the norm kernel does");
+    extern __shared__ float4 normed[];
+    const float inv = inverse_rms(x, K, norm.eps, true);
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const float4* g4 = reinterpret_cast<const float4*>(norm.w);
+    for (int64_t i = threadIdx.x; i < K / 4; i += kRowThreads) {
+      const float4 v = x4[i], g = g4[i];
+      normed[i] = make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv), g.w * (v.w * inv));
+    }
+    __syncthreads();
+    return reinterpret_cast<const float*>(normed);
+  }
+}
+
 // The same with 16-byte loads: lane i reads 16 bytes of the row at a time (8 bf16/f16 or 4 f32),
 // four loads in flight, so a warp moves 2 KiB per round trip to memory. (Eight in flight read
 // slower on the H200: 2.5-2.7 TB/s instead of 3.0-3.1 for the 4096-row matrices.) Needs K * sizeof(W)
 // and the rows' start a multiple of 16 bytes, and x 16-byte aligned.
-template <typename W, int kT>
-__device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int64_t K) {
+template <typename W, int kT, bool kNorm>
+__device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int64_t K, RowNorm norm) {
+  static_assert(!kNorm || kT == 1, "a norm in the matvec takes one row");
   constexpr int kPer = 16 / sizeof(W);  // elements per 16-byte load
   constexpr int kUnroll = 4;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
@@ -107,6 +138,7 @@ __device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int6
   const uint4* row = reinterpret_cast<const uint4*>(m.w + m.n * K);
   if (valid) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
   wait_for_previous();
+  x = row_source<kNorm>(x, norm, K);
   if (!valid) return;
   const int64_t vecs = K / kPer;
   float acc[kT];
@@ -140,9 +172,9 @@ __device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int6
   }
 }
 
-template <typename W, int kT>
-__global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
-  matvec16<W, kT>(x, p, K);
+template <typename W, int kT, bool kNorm>
+__global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K, RowNorm norm) {
+  matvec16<W, kT, kNorm>(x, p, K, norm);
 }
 
 // The same with its registers capped so that an SM holds kCappedBlocksPerSm blocks (H200: 40
@@ -151,36 +183,50 @@ __global__ void matvec16_kernel(const float* x, Parts<W> p, int64_t K) {
 // above, whose last partial wave would read with few warps: q+k+v's 6144 rows (768 blocks against
 // 660 resident) ran 19.4 -> 14.4 us (bench/RESULTS.md, 2026-12-04, stop 27).
 constexpr int kCappedBlocksPerSm = 6;
-template <typename W, int kT>
+template <typename W, int kT, bool kNorm>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kCappedBlocksPerSm)
-    matvec16_capped_kernel(const float* x, Parts<W> p, int64_t K) {
-  matvec16<W, kT>(x, p, K);
+    matvec16_capped_kernel(const float* x, Parts<W> p, int64_t K, RowNorm norm) {
+  matvec16<W, kT, kNorm>(x, p, K, norm);
+}
+
+template <typename W>
+bool takes_16_byte_loads(const float* x, const Parts<W>& p, int64_t K) {
+  bool aligned = (K * sizeof(W)) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int i = 0; i < p.n; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(p.w[i]) % 16 == 0;
+  return aligned;
+}
+
+// The 16-byte kernel, or its capped copy where that one holds all of the launch's warps at once
+// and the other does not.
+template <typename W, int kT, bool kNorm>
+void matvec16_launch(cudaStream_t s, const float* x, const Parts<W>& p, int64_t K, RowNorm norm) {
+  constexpr unsigned threads = kWarpsPerBlock * 32;
+  const unsigned blocks = blocks_for(p.first[p.n], kWarpsPerBlock);
+  const size_t shared = kNorm ? static_cast<size_t>(K) * sizeof(float) : 0;
+  if constexpr (kT == 1) {
+    // Once per instantiation (and process: the first GPU's counts, and the first launch's K,
+    // stand for all).
+    static const int64_t resident = resident_warps(matvec16_kernel<W, kT, kNorm>, threads, shared),
+                         capped = resident_warps(matvec16_capped_kernel<W, kT, kNorm>, threads, shared);
+    const int64_t warps = int64_t{blocks} * kWarpsPerBlock;
+    if (warps > resident && warps <= capped) {
+      return launch_kernel(matvec16_capped_kernel<W, kT, kNorm>, blocks, threads, shared, s, x, p, K, norm);
+    }
+  }
+  launch_kernel(matvec16_kernel<W, kT, kNorm>, blocks, threads, shared, s, x, p, K, norm);
 }
 
 template <typename W, int kT>
 void matvec(cudaStream_t s, const float* x, const Parts<W>& p, int64_t K) {
-  bool aligned = (K * sizeof(W)) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  for (int i = 0; i < p.n; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(p.w[i]) % 16 == 0;
-  constexpr unsigned threads = kWarpsPerBlock * 32;
-  const unsigned blocks = blocks_for(p.first[p.n], kWarpsPerBlock);
-  if constexpr (kT == 1) {
-    // Once per instantiation (and process: the first GPU's counts stand for all).
-    static const int64_t resident = resident_warps(matvec16_kernel<W, kT>, threads),
-                         capped = resident_warps(matvec16_capped_kernel<W, kT>, threads);
-    const int64_t warps = int64_t{blocks} * kWarpsPerBlock;
-    if (aligned && warps > resident && warps <= capped) {
-      return launch_kernel(matvec16_capped_kernel<W, kT>, blocks, threads, 0, s, x, p, K);
-    }
-  }
-  if (aligned) {
-    launch_kernel(matvec16_kernel<W, kT>, blocks, kWarpsPerBlock * 32, 0, s, x, p, K);
+  if (takes_16_byte_loads(x, p, K)) {
+    matvec16_launch<W, kT, false>(s, x, p, K, RowNorm{nullptr, 0.0f});
   } else {
-    launch_kernel(matvec_kernel<W, kT>, blocks, kWarpsPerBlock * 32, 0, s, x, p, K);
+    launch_kernel(matvec_kernel<W, kT>, blocks_for(p.first[p.n], kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, x, p, K);
   }
 }
 
 template <typename W>
-void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* parts, int n, int64_t K) {
+Parts<W> parts_of(const MatvecPart* parts, int n) {
   Parts<W> p{};
   p.n = n;
   for (int i = 0; i < n; ++i) {
@@ -191,6 +237,12 @@ void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* pa
     p.accumulate[i] = parts[i].accumulate;
     p.first[i + 1] = p.first[i] + parts[i].N;
   }
+  return p;
+}
+
+template <typename W>
+void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* parts, int n, int64_t K) {
+  const Parts<W> p = parts_of<W>(parts, n);
   if (p.first[n] == 0) return;
   switch (T) {
     case 1: return matvec<W, 1>(s, x, p, K);
@@ -202,6 +254,18 @@ void matvec_rows(cudaStream_t s, const float* x, int64_t T, const MatvecPart* pa
     case 7: return matvec<W, 7>(s, x, p, K);
     default: return matvec<W, kMatvecRows>(s, x, p, K);
   }
+}
+
+// One row through a norm: false where the 16-byte kernel does not take the launch, or the row
+// does not fit the shared memory a block has without asking (48 KiB).
+template <typename W>
+bool norm_matvec_row(cudaStream_t s, const float* x, RowNorm norm, const MatvecPart* parts, int n, int64_t K) {
+  const Parts<W> p = parts_of<W>(parts, n);
+  if (!takes_16_byte_loads(x, p, K) || K % 4 != 0 || reinterpret_cast<uintptr_t>(norm.w) % 16 != 0 ||
+      K * static_cast<int64_t>(sizeof(float)) > 48 * 1024)
+    return false;
+  if (p.first[n] > 0) matvec16_launch<W, 1, true>(s, x, p, K, norm);
+  return true;
 }
 
 template <typename W>
@@ -247,6 +311,18 @@ void matvec_group(cudaStream_t s, const float* x, int64_t T, int64_t K, DType w_
     case DType::kBF16: matvec_rows<__nv_bfloat16>(s, x, T, parts, n, K); break;
     case DType::kF16: matvec_rows<__half>(s, x, T, parts, n, K); break;
     default: matvec_rows<float>(s, x, T, parts, n, K); break;
+  }
+}
+
+bool norm_matvec_group(cudaStream_t s, const float* x, const float* norm_w, float eps, int64_t T, int64_t K,
+                       DType w_type, const MatvecPart* parts, int n) {
+  HEARTH_CHECK(n >= 1 && n <= kMaxMatvecParts);
+  if (T != 1) return false;
+  const RowNorm norm{norm_w, eps};
+  switch (w_type) {
+    case DType::kBF16: return norm_matvec_row<__nv_bfloat16>(s, x, norm, parts, n, K);
+    case DType::kF16: return norm_matvec_row<__half>(s, x, norm, parts, n, K);
+    default: return norm_matvec_row<float>(s, x, norm, parts, n, K);
   }
 }
 
