@@ -149,10 +149,11 @@ Tensor DenseDecoder::forward(Context& ctx, const Batch& batch, KvCache& kv) cons
     l.attention.add_to(ctx, x, l.input_norm, batch, rope_, kv.layers[i]);
     l.mlp.add_to(ctx, x, l.post_norm);
   }
-  // Only the rows that need logits go through the final norm and the LM head.
+  // Only the rows that need logits go through the final norm and the LM head (one group, so that
+  // a backend may compute the norm inside the head's matvec, as for the layers').
   Tensor rows = Tensor::empty({batch.logits_rows.dim(0), args_.hidden}, DType::kF32, ctx.device);
   ops::embedding(ctx, x, batch.logits_rows, rows);
-  return lm_head_.forward(ctx, final_norm_.forward(ctx, rows));
+  return Linear::forward_group(ctx, rows, {&lm_head_}, &final_norm_)[0];
 }
 
 }  // namespace hearth
