@@ -23,6 +23,9 @@ class Backend {
   // ops::silu_mul_matmul_group. Default: silu_mul into gate, then matmul_group.
   virtual void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up,
                                      std::span<const ops::MatmulPart> parts);
+  // ops::gated_mlp. Default: norm_matmul_group, then silu_mul_matmul_group.
+  virtual void gated_mlp(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                         std::span<const ops::MatmulPart, 2> gate_up, const ops::MatmulPart& down);
   virtual void quantized_matmul(Context&, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y) = 0;
   virtual void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) = 0;
   // The matrix on `device` in the layout this backend's kernels read best (done once, at

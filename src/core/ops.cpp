@@ -68,6 +68,12 @@ void Backend::silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up
   matmul_group(ctx, gate, parts);
 }
 
+void Backend::gated_mlp(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                        std::span<const ops::MatmulPart, 2> gate_up, const ops::MatmulPart& down) {
+  norm_matmul_group(ctx, x, norm_w, eps, gate_up);
+  silu_mul_matmul_group(ctx, *gate_up[0].y, *gate_up[1].y, std::span<const ops::MatmulPart>(&down, 1));
+}
+
 void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
 
 Backend& backend_for(Device device) {
@@ -236,33 +242,59 @@ void matmul_group(Context& ctx, const Tensor& x, std::span<const MatmulPart> par
   backend_on(ctx, "matmul_group", {&x}).matmul_group(ctx, x, parts);
 }
 
-void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
-                       std::span<const MatmulPart> parts) {
-  expect_dtype(x, DType::kF32, "norm_matmul_group", "x");
-  expect_dtype(norm_w, DType::kF32, "norm_matmul_group", "norm_w");
+namespace {
+
+// norm_matmul_group's arguments (as `op`): x [T, K] and norm_w [K] f32, the parts of x's matmuls,
+// none of them writing x.
+Backend& expect_norm_group(Context& ctx, const Tensor& x, const Tensor& norm_w, std::span<const MatmulPart> parts,
+                           const char* op) {
+  expect_dtype(x, DType::kF32, op, "x");
+  expect_dtype(norm_w, DType::kF32, op, "norm_w");
   if (!(x.rank() == 2 && norm_w.shape() == Shape({x.dim(1)}))) {
-    fail("norm_matmul_group", "expected x [T, K] and norm_w [K]; got " + x.str() + ", " + norm_w.str());
+    fail(op, "expected x [T, K] and norm_w [K]; got " + x.str() + ", " + norm_w.str());
   }
-  expect_parts(ctx, x, parts, "norm_matmul_group");
+  expect_parts(ctx, x, parts, op);
   for (const MatmulPart& p : parts)
     if (!(p.y->raw() != x.raw())) {
-      fail("norm_matmul_group", "a part's output is x");
+      fail(op, "a part's output is x");
     }
-  backend_on(ctx, "norm_matmul_group", {&x, &norm_w}).norm_matmul_group(ctx, x, norm_w, eps, parts);
+  return backend_on(ctx, op, {&x, &norm_w});
+}
+
+// silu_mul_matmul_group's: gate and up [T, K] f32, the parts of their product's matmuls, none of
+// them writing gate or up.
+Backend& expect_silu_group(Context& ctx, const Tensor& gate, const Tensor& up, std::span<const MatmulPart> parts,
+                           const char* op) {
+  expect_dtype(gate, DType::kF32, op, "gate");
+  expect_dtype(up, DType::kF32, op, "up");
+  if (!(gate.rank() == 2 && up.shape() == gate.shape())) {
+    fail(op, "expected gate and up [T, K]; got " + gate.str() + ", " + up.str());
+  }
+  expect_parts(ctx, gate, parts, op);
+  for (const MatmulPart& p : parts)
+    if (!(p.y->raw() != gate.raw() && p.y->raw() != up.raw())) {
+      fail(op, "a part's output is gate or up");
+    }
+  return backend_on(ctx, op, {&gate, &up});
+}
+
+}  // namespace
+
+void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps,
+                       std::span<const MatmulPart> parts) {
+  expect_norm_group(ctx, x, norm_w, parts, "norm_matmul_group").norm_matmul_group(ctx, x, norm_w, eps, parts);
 }
 
 void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up, std::span<const MatmulPart> parts) {
-  expect_dtype(gate, DType::kF32, "silu_mul_matmul_group", "gate");
-  expect_dtype(up, DType::kF32, "silu_mul_matmul_group", "up");
-  if (!(gate.rank() == 2 && up.shape() == gate.shape())) {
-    fail("silu_mul_matmul_group", "expected gate and up [T, K]; got " + gate.str() + ", " + up.str());
-  }
-  expect_parts(ctx, gate, parts, "silu_mul_matmul_group");
-  for (const MatmulPart& p : parts)
-    if (!(p.y->raw() != gate.raw() && p.y->raw() != up.raw())) {
-      fail("silu_mul_matmul_group", "a part's output is gate or up");
-    }
-  backend_on(ctx, "silu_mul_matmul_group", {&gate, &up}).silu_mul_matmul_group(ctx, gate, up, parts);
+  expect_silu_group(ctx, gate, up, parts, "silu_mul_matmul_group").silu_mul_matmul_group(ctx, gate, up, parts);
+}
+
+void gated_mlp(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps, std::span<const MatmulPart, 2> gate_up,
+               const MatmulPart& down) {
+  Backend& b = expect_norm_group(ctx, x, norm_w, gate_up, "gated_mlp");
+  if (gate_up[0].accumulate || gate_up[1].accumulate) fail("gated_mlp", "gate or up accumulates");
+  expect_silu_group(ctx, *gate_up[0].y, *gate_up[1].y, std::span<const MatmulPart>(&down, 1), "gated_mlp");
+  b.gated_mlp(ctx, x, norm_w, eps, gate_up, down);
 }
 
 void quantized_embedding(Context& ctx, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) {

@@ -59,6 +59,14 @@ void norm_matmul_group(Context& ctx, const Tensor& x, const Tensor& norm_w, floa
 // the default runs silu_mul into gate, which is therefore scratch, then matmul_group.
 void silu_mul_matmul_group(Context& ctx, Tensor& gate, const Tensor& up, std::span<const MatmulPart> parts);
 
+// The SiLU-gated MLP: gate_up[0].y = gate(rms_norm(x)), gate_up[1].y = up(rms_norm(x)) (scratch
+// [T, I] to the caller: a backend may leave other values in them), then down's part of
+// silu(gate) * up (down.y may be x, accumulating the residual). One op so that a backend may fuse
+// across the matmuls (e.g. compute silu(g) * u as it sums the gate and up rows); the default runs
+// norm_matmul_group, then silu_mul_matmul_group.
+void gated_mlp(Context& ctx, const Tensor& x, const Tensor& norm_w, float eps, std::span<const MatmulPart, 2> gate_up,
+               const MatmulPart& down);
+
 // x: [T, K] f32, w: quantized [N, K] (core/quant.h: MLX affine or ggml blocks), bias: [N] f32
 // or undefined -> y: [T, N] f32
 void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias, Tensor& y);

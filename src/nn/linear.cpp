@@ -137,22 +137,14 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) const {
   return y;
 }
 
-namespace {
-// The part of a layer that adds its output to y.
-ops::MatmulPart accumulating_part(const Linear& l, Tensor& y) {
-  return l.qweight.defined() ? ops::MatmulPart{nullptr, &l.bias, &y, &l.qweight, true}
-                             : ops::MatmulPart{&l.weight, &l.bias, &y, nullptr, true};
+ops::MatmulPart Linear::part(Tensor& y, bool accumulate) const {
+  return qweight.defined() ? ops::MatmulPart{nullptr, &bias, &y, &qweight, accumulate}
+                           : ops::MatmulPart{&weight, &bias, &y, nullptr, accumulate};
 }
-}  // namespace
 
 void Linear::add_to(Context& ctx, Tensor& y, const Tensor& x) const {
-  const ops::MatmulPart part = accumulating_part(*this, y);
-  ops::matmul_group(ctx, x, std::span<const ops::MatmulPart>(&part, 1));
-}
-
-void Linear::add_silu_mul_to(Context& ctx, Tensor& y, Tensor& gate, const Tensor& up) const {
-  const ops::MatmulPart part = accumulating_part(*this, y);
-  ops::silu_mul_matmul_group(ctx, gate, up, std::span<const ops::MatmulPart>(&part, 1));
+  const ops::MatmulPart p = part(y, true);
+  ops::matmul_group(ctx, x, std::span<const ops::MatmulPart>(&p, 1));
 }
 
 std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers,
@@ -162,11 +154,7 @@ std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::in
   ys.reserve(layers.size());  // parts point into it
   for (const Linear* l : layers) {
     ys.push_back(Tensor::empty({x.dim(0), l->out_features()}, DType::kF32, ctx.device));
-    if (l->qweight.defined()) {
-      parts.push_back({nullptr, &l->bias, &ys.back(), &l->qweight});
-    } else {
-      parts.push_back({&l->weight, &l->bias, &ys.back()});
-    }
+    parts.push_back(l->part(ys.back()));
   }
   if (norm != nullptr) {
     ops::norm_matmul_group(ctx, x, norm->weight, norm->eps, parts);

@@ -8,6 +8,7 @@
 
 #include "core/context.h"
 #include "core/device.h"
+#include "core/ops.h"
 #include "core/tensor.h"
 #include "formats/quant_config.h"
 #include "formats/weight_source.h"
@@ -69,8 +70,8 @@ struct Linear {
   Tensor forward(Context& ctx, const Tensor& x) const;
   // y: [T, out] += forward(x) (a residual connection; the GPU adds it as it writes y).
   void add_to(Context& ctx, Tensor& y, const Tensor& x) const;
-  // The same of x = silu(gate) * up (ops::silu_mul_matmul_group; gate is scratch).
-  void add_silu_mul_to(Context& ctx, Tensor& y, Tensor& gate, const Tensor& up) const;
+  // This layer as a part of a matmul group writing y (adding to it where it accumulates).
+  ops::MatmulPart part(Tensor& y, bool accumulate = false) const;
   // The same x through several layers (q, k, v; gate, up): their outputs, in order, from one
   // ops::matmul_group; with `norm`, of norm(x) (ops::norm_matmul_group).
   static std::vector<Tensor> forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers,

@@ -1,5 +1,7 @@
 #include "nn/mlp.h"
 
+#include <array>
+
 #include "core/ops.h"
 
 namespace hearth {
@@ -11,8 +13,10 @@ GatedMlp GatedMlp::load(const WeightLoader& w, const std::string& prefix, int64_
 }
 
 void GatedMlp::add_to(Context& ctx, Tensor& residual, const RmsNorm& norm) const {
-  std::vector<Tensor> gu = Linear::forward_group(ctx, residual, {&gate, &up}, &norm);
-  down.add_silu_mul_to(ctx, residual, gu[0], gu[1]);
+  const int64_t T = residual.dim(0), I = gate.out_features();
+  Tensor g = Tensor::empty({T, I}, DType::kF32, ctx.device), u = Tensor::empty({T, I}, DType::kF32, ctx.device);
+  const std::array<ops::MatmulPart, 2> gate_up = {gate.part(g), up.part(u)};
+  ops::gated_mlp(ctx, residual, norm.weight, norm.eps, gate_up, down.part(residual, true));
 }
 
 }  // namespace hearth

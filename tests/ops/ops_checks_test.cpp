@@ -2,6 +2,7 @@
 // HEARTH_ISA knob picks the kernels' instruction set.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -140,6 +141,43 @@ TEST(ops_checks, SiluMulMatmulGroupIsSiluMulThenTheGroup) {
         ops::silu_mul_matmul_group(ctx, square, f32({2, 2}), {&onto_gate, 1});
       },
       {"silu_mul_matmul_group", "output is gate"});
+}
+
+// gated_mlp: the norm group into gate and up, then down's part of silu(gate) * up adding to the
+// residual (x itself); refused: gate or up accumulating, down of the wrong width.
+TEST(ops_checks, GatedMlpIsTheNormGroupThenTheSiluGroup) {
+  Context ctx;
+  const std::vector<float> xv = {1, -2, 3, 0.5f, 4, 1, -1, 2}, gv = {0.5f, 1, -1, 2};
+  const std::vector<float> wv = {1, 2, 3, 4, -1, 0, 1, 2, 0.5f, -1, 2, 1},
+                           dv = {1, -1, 2, 0.5f, 0, 1, 3, -2, 1, 1, -1, 2};
+  const Tensor g = Tensor::from_f32({4}, gv.data()), none;
+  const Tensor gate_w = Tensor::from_f32({3, 4}, wv.data()), up_w = Tensor::from_f32({3, 4}, dv.data());
+  const Tensor down_w = Tensor::from_f32({4, 3}, dv.data());
+  Tensor x = Tensor::from_f32({2, 4}, xv.data()), want = Tensor::from_f32({2, 4}, xv.data());
+  Tensor gate = f32({2, 3}), up = f32({2, 3});
+  const std::array<ops::MatmulPart, 2> gate_up = {ops::MatmulPart{&gate_w, &none, &gate},
+                                                  ops::MatmulPart{&up_w, &none, &up}};
+  ops::gated_mlp(ctx, x, g, 1e-6f, gate_up, ops::MatmulPart{&down_w, &none, &x, nullptr, true});
+  Tensor gate2 = f32({2, 3}), up2 = f32({2, 3});
+  const std::array<ops::MatmulPart, 2> gate_up2 = {ops::MatmulPart{&gate_w, &none, &gate2},
+                                                   ops::MatmulPart{&up_w, &none, &up2}};
+  const ops::MatmulPart down2{&down_w, &none, &want, nullptr, true};
+  ops::norm_matmul_group(ctx, want, g, 1e-6f, gate_up2);
+  ops::silu_mul_matmul_group(ctx, gate2, up2, {&down2, 1});
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(x.data<float>()[i], want.data<float>()[i]) << i;
+  const std::array<ops::MatmulPart, 2> accumulating = {ops::MatmulPart{&gate_w, &none, &gate, nullptr, true},
+                                                       ops::MatmulPart{&up_w, &none, &up}};
+  expect_input_error(
+      [&] {
+        ops::gated_mlp(ctx, x, g, 1e-6f, accumulating, ops::MatmulPart{&down_w, &none, &x, nullptr, true});
+      },
+      {"gated_mlp", "accumulates"});
+  const Tensor narrow_down = f32({4, 2});
+  expect_input_error(
+      [&] {
+        ops::gated_mlp(ctx, x, g, 1e-6f, gate_up, ops::MatmulPart{&narrow_down, &none, &x, nullptr, true});
+      },
+      {"matmul", "[2, 3] x [4, 2]"});
 }
 
 TEST(ops_checks, ElementwiseAndNormShapes) {
