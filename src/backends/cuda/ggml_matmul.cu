@@ -240,7 +240,6 @@ __global__ void q6_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
 // exact integer sum over sub-block 4s + 2 (t % 2) + i: two tokens per pass, and lanes t, t ^ 1
 // hold the four sub-blocks of one token. A block of 8 warps takes 16 rows, warp w the pairs of
 // Q4_K blocks w, w + 8, ...; the warps' sums meet in shared memory in a fixed order.
-constexpr int kMmaWarps = 8;
 
 // Sub-block j's 6-bit scale and min from a block's 16-byte head (j a constant after unrolling).
 __device__ inline void head_scale_min(const uint4& head, int j, float* sc, float* m) {

@@ -81,6 +81,10 @@ __device__ inline void load_matrices_trans(uint32_t (&r)[4], const void* row) {
                : "r"(at));
 }
 
+// Warps of a block of the decode matvecs on tensor cores (quant_matvec_mma.cu, ggml_matmul.cu's
+// k-quants): the block takes a tile of 16 weight rows and its warps split K.
+constexpr int kMmaWarps = 8;
+
 // C += A . B with A 16x32 u8 (a0..a3 as for 16-bit inputs, four bytes per register: a0 = A[g][4c..4c+3],
 // a1 = A[g+8][4c..], a2 = A[g][4c+16..], a3 = A[g+8][4c+16..]), B 32x8 s8 (b0 = B[4c..4c+3][g],
 // b1 = B[4c+16..][g]) and C 16x8 s32 as above: the decode matvecs' integer dots.

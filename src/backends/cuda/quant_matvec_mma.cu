@@ -32,7 +32,6 @@ namespace {
 // A block of kMmaWarps warps takes a tile of 16 rows; warp w its chunks (4 segments, whose
 // scales and biases are one or two loads of 4 to 16 bytes per row) w, w + kMmaWarps, ...; the
 // warps' sums meet in shared memory in a fixed order (deterministic).
-constexpr int kMmaWarps = 8;
 
 // The 16-bit parameters of kGroups consecutive groups (2 to 16) in one or two loads: words
 // 0-3 in v[0], 4-7 in v[1].
