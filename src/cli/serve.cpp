@@ -91,7 +91,8 @@ int run_serve(const std::vector<std::string>& args) {
   f.add("open", "Open the chat UI in a browser (xdg-open) once the server is ready.", &open);
   f.add("host", "Address to listen on (default 127.0.0.1).", &host);
   f.add("port", "Port to listen on (default 8080); the server refuses to start if it is taken.", &port);
-  f.add("api-key", "Require this key (Authorization: Bearer KEY or x-api-key) on every route but /health.",
+  f.add("api-key",
+        "Require this key (Authorization: Bearer KEY or x-api-key) on every route but /health and the chat UI's pages.",
         &so.api_key);
   f.add("max-queue", "Requests that may wait for the engine before new ones get 503 (default 16).", &max_queue);
   f.add("max-tokens", "Default max_tokens for requests that set none (default 512).", &max_tokens);
