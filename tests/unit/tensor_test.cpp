@@ -1,5 +1,6 @@
 // Host tensors: large zeroed buffers lie on whole, aligned 2 MiB pages (so that transparent huge
-// pages can back all of a streamed weight matrix), read as zeros, and keep their bytes apart.
+// pages can back all of a streamed weight matrix), mid-sized ones share such pages, and all read
+// as zeros and keep their bytes apart.
 #include "core/tensor.h"
 
 #include <gtest/gtest.h>
@@ -30,6 +31,30 @@ TEST(Tensor, LargeZeroedBuffersStartOnHugePageBoundaries) {
   EXPECT_EQ(kept[1].data<uint8_t>()[0], 0);
   EXPECT_EQ(kept[2].data<uint8_t>()[0], 0);
   EXPECT_EQ(first[kept[0].numel() - 1], 0xab);
+}
+
+TEST(Tensor, MidSizedZeroedBuffersShareHugePageChunks) {
+  // 100 KB buffers (a panel matrix's scales) follow one another in a chunk, 64-byte aligned, or
+  // the next one opens a new chunk on a 2 MiB boundary; each reads as zeros and owns its bytes.
+  std::vector<Tensor> kept;
+  for (int i = 0; i < 100; ++i) {
+    kept.push_back(Tensor::zeros({25000}, DType::kF32));
+    const auto at = reinterpret_cast<uintptr_t>(kept.back().raw());
+    EXPECT_EQ(at % 64, 0u);
+    if (i > 0) {
+      const auto before = reinterpret_cast<uintptr_t>(kept[i - 1].raw());
+      EXPECT_TRUE(at == before + 100032 || at % kHugePage == 0) << i;
+    }
+    const float* f = kept.back().data<float>();
+    EXPECT_EQ(f[0], 0.0f);
+    EXPECT_EQ(f[24999], 0.0f);
+    float* w = kept.back().data<float>();
+    for (int64_t j = 0; j < 25000; ++j) w[j] = static_cast<float>(i + 1);
+  }
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(kept[i].data<float>()[0], static_cast<float>(i + 1));
+    EXPECT_EQ(kept[i].data<float>()[24999], static_cast<float>(i + 1));
+  }
 }
 
 TEST(Tensor, SmallZeroedBuffersAreZero) {
