@@ -58,7 +58,7 @@ std::shared_ptr<Storage> map_zeroed(size_t bytes) {
 // decode's bytes) are carved one after another, 64-byte aligned, from shared 8 MiB chunks of
 // map_zeroed, so that they lie on huge pages too without a 2 MiB page each; a chunk goes back
 // when the last buffer in it does. Never reused, so still zero. 4-bit decode in the host's fast
-// regime: 71% -> 78% of its roofline (bench/RESULTS.md).
+// regime: 71% -> 80% of its roofline (bench/RESULTS.md).
 constexpr size_t kPooledZeroBytes = size_t{64} << 10, kChunkBytes = size_t{8} << 20;
 
 std::shared_ptr<Storage> pooled_zeroed(size_t bytes) {
