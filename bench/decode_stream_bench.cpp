@@ -4,8 +4,10 @@
 // as MLX affine 4-bit panels with random codes, nothing else between them, against the read
 // probe run between passes (medians of the passes). Passes alternate between one matvec per
 // matrix and the grouped calls the CPU backend makes (q+k+v, gate+up, o, down; one parallel
-// loop each), so both meet the same drift of the host's bandwidth.
-// Usage: decode_stream_bench [passes]
+// loop each), so both meet the same drift of the host's bandwidth; a third pass reads one matrix
+// of as many bytes (the rate with no call boundaries). The grouped passes also time each kind of
+// call (q+k+v, o, gate+up, down, LM head) against the pass's probe, and print each pass.
+// Usage: decode_stream_bench [passes]   (HEARTH_THREADS=1: one thread's stream rate)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,6 +69,9 @@ int main(int argc, char** argv) {
   ms.push_back(random_matrix(vocab, hidden));
   size_t bytes = 0;
   for (const Matrix& m : ms) bytes += m.bytes;
+  const int64_t big_rows = static_cast<int64_t>(bytes / static_cast<size_t>(hidden / 2 + hidden / 64 * 4)) / 16 * 16;
+  const Matrix big = random_matrix(big_rows, hidden);
+  std::vector<float> y_big(static_cast<size_t>(big_rows));
   hearth::ThreadPool pool(0);
   hearth::Context ctx;
   ctx.pool = &pool;
@@ -82,20 +87,49 @@ int main(int argc, char** argv) {
     groups.push_back({part(6)});
   }
   groups.push_back({{ms.back().args, nullptr, y.data(), false}});
-  std::vector<double> step_gbs[2], read_gbs, ratios[2];
-  for (int p = 0; p < 2 * passes; ++p) {
-    const int grouped = p % 2;
+  // Group i's kind: its place in the layer, the LM head last.
+  constexpr int kKinds = 5;
+  const char* kind_names[kKinds] = {"q+k+v", "o", "gate+up", "down", "LM head"};
+  auto kind_of = [&](size_t i) { return i + 1 == groups.size() ? 4 : static_cast<int>(i % 4); };
+  double kind_bytes[kKinds] = {};
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (const auto& part : groups[i]) {
+      const int64_t groups_per_row = part.w.K / part.w.group_size;
+      kind_bytes[kind_of(i)] += static_cast<double>((part.w.N + 15) / 16 * 16 * (part.w.K / 2 + groups_per_row * 4));
+    }
+  }
+  const char* pass_names[3] = {"one call per matrix (197):", "grouped (113 calls):", "one matrix of as many bytes:"};
+  std::vector<double> step_gbs[3], read_gbs, ratios[3], kind_ratios[kKinds];
+  for (int p = 0; p < 3 * passes; ++p) {
+    const int kind = p % 3;
+    double seconds_of[kKinds] = {};
     const auto t0 = Clock::now();
-    if (grouped) {
-      for (const auto& g : groups) hearth::cpu::panel_matmul_group(&pool, x.data(), 1, g);
+    if (kind == 2) {
+      hearth::cpu::panel_matmul(&pool, x.data(), 1, big.args, nullptr, y_big.data());
+    } else if (kind == 1) {
+      for (size_t i = 0; i < groups.size(); ++i) {
+        const auto c0 = Clock::now();
+        hearth::cpu::panel_matmul_group(&pool, x.data(), 1, groups[i]);
+        seconds_of[kind_of(i)] += std::chrono::duration<double>(Clock::now() - c0).count();
+      }
     } else {
       for (const Matrix& m : ms) hearth::cpu::panel_matmul(&pool, x.data(), 1, m.args, nullptr, y.data());
     }
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     const double read = hearth::measure_read_bandwidth(ctx).bytes_per_second / 1e9;
-    step_gbs[grouped].push_back(bytes / s / 1e9);
+    const double moved = kind == 2 ? static_cast<double>(big.bytes) : static_cast<double>(bytes);
+    step_gbs[kind].push_back(moved / s / 1e9);
     read_gbs.push_back(read);
-    ratios[grouped].push_back(bytes / s / 1e9 / read);
+    ratios[kind].push_back(moved / s / 1e9 / read);
+    if (kind == 1) {
+      std::printf("pass: read %.1f GB/s, step %.1f; by kind:", read, moved / s / 1e9);
+      for (int k = 0; k < kKinds; ++k) {
+        const double gbs = kind_bytes[k] / seconds_of[k] / 1e9;
+        kind_ratios[k].push_back(gbs / read);
+        std::printf(" %s %.1f", kind_names[k], gbs);
+      }
+      std::printf("\n");
+    }
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -103,10 +137,12 @@ int main(int argc, char** argv) {
   };
   std::printf("%zu matrices, %.0f MB per step, %d threads, read %.1f GB/s (median)\n", ms.size(), bytes / 1e6,
               pool.size(), median(read_gbs));
-  for (int grouped : {0, 1}) {
-    std::printf("  %-28s step %.1f GB/s, step/read median %.0f%%\n",
-                grouped ? "grouped (113 calls):" : "one call per matrix (197):", median(step_gbs[grouped]),
-                100 * median(ratios[grouped]));
+  for (int kind : {0, 1, 2}) {
+    std::printf("  %-29s step %.1f GB/s, step/read median %.0f%%\n", pass_names[kind], median(step_gbs[kind]),
+                100 * median(ratios[kind]));
   }
+  std::printf("  grouped calls by kind, rate/read median:");
+  for (int k = 0; k < kKinds; ++k) std::printf(" %s %.0f%%", kind_names[k], 100 * median(kind_ratios[k]));
+  std::printf("\n");
   return 0;
 }
