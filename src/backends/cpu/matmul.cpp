@@ -1,7 +1,11 @@
 // y[t, n] = sum_k x[t, k] * w[n, k] + bias[n]
 // x: [T, K] f32, w: [N, K] f32|bf16|f16 (the HF Linear layout), y: [T, N] f32.
-// Threads split N; each thread walks its weight rows four at a time and applies them to every
-// row of x, so a weight row is read from memory once per call while it sits in cache.
+// Threads split N, and each weight row is read from memory once per call, applied to every row
+// of x while it sits in cache. Decode (T <= kStreamRows) walks a thread's weight rows one after
+// another: one run of ascending addresses, the one access pattern the hardware prefetchers
+// follow at full speed. Prefill walks them four at a time, so that each load of x serves four
+// rows; four runs 4-12 KiB apart read bf16 at 12.7 GB/s on one core of the 2-core EPYC,
+// against 26-27 one row at a time (matvec_bench; bench/RESULTS.md, 2026-12-05).
 #include <algorithm>
 #include <vector>
 
@@ -12,6 +16,28 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kRowsPerBlock = 4;
+constexpr int64_t kStreamRows = 4;  // rows of x up to which the weight rows go one at a time
+
+// out[t] = dot(x[t], w) for kT rows of x (rows K apart) and one weight row: each weight vector
+// is loaded and widened once for the kT rows.
+template <DType BT, int kT>
+HEARTH_AVX512 void row_dots_avx512(const float* x, int64_t K, const void* w, float* out) {
+  __m512 even[kT], odd[kT];
+  for (int t = 0; t < kT; ++t) even[t] = odd[t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m512 w0 = simd::load16<BT>(w, k, 0xffff);
+    for (int t = 0; t < kT; ++t) even[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + k), w0, even[t]);
+    const __m512 w1 = simd::load16<BT>(w, k + 16, 0xffff);
+    for (int t = 0; t < kT; ++t) odd[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + k + 16), w1, odd[t]);
+  }
+  for (; k < K; k += 16) {
+    const __mmask16 m = simd::tail_mask16(K - k);
+    const __m512 wv = simd::load16<BT>(w, k, m);
+    for (int t = 0; t < kT; ++t) even[t] = _mm512_fmadd_ps(simd::load16_f32(x + t * K + k, m), wv, even[t]);
+  }
+  for (int t = 0; t < kT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(even[t], odd[t]));
+}
 
 template <DType BT>
 HEARTH_AVX512 void dot4_avx512(const float* x, const void* w, int64_t K, float* out4) {
@@ -88,12 +114,36 @@ HEARTH_AVX2 void dot4_avx2(const float* x, const void* w, int64_t K, float* out4
   }
 }
 
+// Decode: weight rows n_begin .. n_end one at a time (see the top of the file).
+template <DType BT>
+void stream_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, int64_t n_begin, int64_t n_end,
+                 int64_t N, const float* bias, float* y) {
+  constexpr size_t kElem = BT == DType::kF32 ? 4 : 2;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    const void* w_row = wb + static_cast<size_t>(n) * K * kElem;
+    float out[kStreamRows];
+    if (isa == Isa::kAvx512) {
+      switch (T) {
+        case 1: row_dots_avx512<BT, 1>(x, K, w_row, out); break;
+        case 2: row_dots_avx512<BT, 2>(x, K, w_row, out); break;
+        case 3: row_dots_avx512<BT, 3>(x, K, w_row, out); break;
+        default: row_dots_avx512<BT, 4>(x, K, w_row, out); break;
+      }
+    } else {
+      for (int64_t t = 0; t < T; ++t) out[t] = dot_avx2<BT>(x + t * K, w_row, K);
+    }
+    for (int64_t t = 0; t < T; ++t) y[t * N + n] = out[t] + (bias ? bias[n] : 0.0f);
+  }
+}
+
 template <DType BT>
 void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_t K, const void* w, int64_t n_begin,
                  int64_t n_end, int64_t N, const float* bias, float* y) {
   constexpr size_t kElem = BT == DType::kF32 ? 4 : 2;
   const auto* wb = static_cast<const uint8_t*>(w);
   int64_t n = n_begin;
+  if (isa != Isa::kScalar && T <= kStreamRows) return stream_rows<BT>(isa, x, T, K, w, n_begin, n_end, N, bias, y);
   if (isa != Isa::kScalar) {
     for (; n + kRowsPerBlock <= n_end; n += kRowsPerBlock) {
       const void* w_rows = wb + static_cast<size_t>(n) * K * kElem;
@@ -129,7 +179,7 @@ void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_
 void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y) {
   std::vector<float> x_perm;
-  if (isa == Isa::kAvx512 && w_type == DType::kBF16 && K % 32 == 0) {
+  if (isa == Isa::kAvx512 && w_type == DType::kBF16 && K % 32 == 0 && T > kStreamRows) {
     x_perm.resize(static_cast<size_t>(T * K));
     for (int64_t t = 0; t < T; ++t) permute_for_unpack(x + t * K, K, x_perm.data() + t * K);
   }
