@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -89,12 +90,31 @@ HEARTH_AVX512 inline __m512 sum16(const __m512 (&v)[16]) {
 // One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
 // and sums are f32.
 // Buffers of one worker.
-struct Scratch {
-  std::vector<float> scores;    // [rows, heads, context]
-  std::vector<float> rows;      // [16, Dh]: a block of 16 K or V rows widened to f32
-  std::vector<float> out;       // [rows, heads, Dh]: a tile's output sums
-  std::vector<float> head_max;  // [Hq]: a span's running maximum score per head
+// The workers' buffers are read with 64-byte vector loads, so they start on a cache line: in a
+// malloc'd buffer (16-byte aligned) every such load may split two lines, and where the buffers
+// happened to fall moved the prefill attention by 5-7% (bench/RESULTS.md, 2026-12-05).
+template <typename T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <typename U>
+  explicit LineAligned(const LineAligned<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+  bool operator==(const LineAligned&) const = default;
 };
+using LineFloats = std::vector<float, LineAligned<float>>;
+
+struct Scratch {
+  LineFloats scores;    // [rows, heads, context]; a decode span's [context, Hq rounded up to 16]
+  LineFloats rows;      // [16, Dh]: a block of 16 K or V rows widened to f32
+  LineFloats out;       // [rows, heads, Dh]: a tile's output sums
+  LineFloats head_max;  // [Hq rounded up to 16]: a span's running maximum score per head
+  LineFloats head_sum;  // [Hq rounded up to 16]: a span's sum of e^(s - max) per head
+};
+
+// Heads rounded up to a whole vector of 16: the width of a decode span's position-major scores.
+int64_t padded_heads(int64_t Hq) { return (Hq + 15) / 16 * 16; }
 
 // The first key that cache index c attends to (0, or the start of its window).
 int64_t first_key(const AttentionArgs& a, int64_t c) {
@@ -107,7 +127,7 @@ struct RowHead {
   const AttentionArgs& a;
   Isa isa;
   Scratch& scratch;
-  std::vector<float>& scores = scratch.scores;
+  LineFloats& scores = scratch.scores;
 
   // Calls visit(j, row) for cache indices j = lo .. c in order, row = that position's
   // [Dh] vector of kv_head. Positions run contiguously within a block (rows Hkv * Dh apart),
@@ -229,16 +249,96 @@ struct RowHead {
     }
   }
 
+  // The decode K pass when Hq % 16 == 0 and kGroup query heads share each KV head: positions in
+  // memory order, and at each position every KV head's K row widened once and multiplied with
+  // its kGroup query heads (q read from L1), 16 heads' partial dots at a time, summed by one
+  // sum16 into the 16 heads' scores at that position. A block is read as one ascending run.
+  template <int kD, int kGroup, typename ForEachBlock>
+  HEARTH_AVX512 __attribute__((always_inline)) void k_pass_by_position(int64_t t, int64_t j0,
+                                                                       const ForEachBlock& for_each_block,
+                                                                       float* scores_of, float* head_max) const {
+    const int64_t stride = a.Hkv * a.Dh, Dh = a.Dh, width = padded_heads(a.Hq);
+    const float* q = a.q + t * a.Hq * Dh;
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    for_each_block(a.k_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
+      for (int64_t r = 0; r < rows; ++r) {
+        const Elem* position = base + r * stride;
+        if (next != nullptr) {
+          const char* ahead = reinterpret_cast<const char*>(next + r * stride);
+          for (int64_t byte = 0; byte < stride * static_cast<int64_t>(sizeof(Elem)); byte += 64) {
+            _mm_prefetch(ahead + byte, _MM_HINT_T1);
+          }
+        }
+        float* dst = scores_of + (j - j0 + r) * width;
+        for (int64_t h0 = 0; h0 < a.Hq; h0 += 16) {
+          __m512 partial[16];
+          for (int i = 0; i < 16; ++i) partial[i] = _mm512_setzero_ps();
+          for (int kv = 0; kv < 16 / kGroup; ++kv) {
+            const Elem* k = position + (h0 / kGroup + kv) * Dh;
+            for (int i = 0; i < kD; ++i) {
+              const __m512 kvec = simd::load16<KT>(k, 16 * i, 0xffff);
+              for (int g = 0; g < kGroup; ++g) {
+                const int head = kv * kGroup + g;
+                partial[head] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (h0 + head) * Dh + 16 * i), kvec, partial[head]);
+              }
+            }
+          }
+          const __m512 sc = _mm512_mul_ps(sum16(partial), scale);
+          _mm512_storeu_ps(dst + h0, sc);
+          _mm512_storeu_ps(head_max + h0, _mm512_max_ps(_mm512_loadu_ps(head_max + h0), sc));
+        }
+      }
+    });
+  }
+
+  // The decode K pass for other head counts: one query head at a time over a block's 16
+  // positions (its 16 partial dots, q and a K row fit the 32 registers), the 16 scores written
+  // to their positions' rows; the padding heads' lanes are zero.
+  template <int kD, typename ForEachBlock, typename PrefetchShare>
+  HEARTH_AVX512 __attribute__((always_inline)) void k_pass_by_head(int64_t t, int64_t j0,
+                                                                   const ForEachBlock& for_each_block,
+                                                                   const PrefetchShare& prefetch_share,
+                                                                   int64_t head_share, float* scores_of,
+                                                                   float* head_max) const {
+    const int64_t stride = a.Hkv * a.Dh, Dh = a.Dh, width = padded_heads(a.Hq), group = a.Hq / a.Hkv;
+    for_each_block(a.k_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
+      const __mmask16 m = simd::tail_mask16(rows);
+      for (int64_t h = 0; h < a.Hq; ++h) {
+        prefetch_share(next, h, head_share);
+        __m512 qv[kD];
+        for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(a.q + (t * a.Hq + h) * Dh + 16 * i);
+        __m512 partial[16];
+        const Elem* k = base + h / group * Dh;
+        for (int64_t r = 0; r < 16; ++r, k += stride) {
+          if (r >= rows) {
+            partial[r] = _mm512_setzero_ps();
+            continue;
+          }
+          __m512 acc = _mm512_mul_ps(qv[0], simd::load16<KT>(k, 0, 0xffff));
+          for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], simd::load16<KT>(k, 16 * i, 0xffff), acc);
+          partial[r] = acc;
+        }
+        const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, sc);
+        for (int64_t r = 0; r < rows; ++r) scores_of[(j - j0 + r) * width + h] = lanes[r];
+        head_max[h] = std::max(head_max[h], _mm512_mask_reduce_max_ps(m, sc));
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        std::fill(scores_of + (j - j0 + r) * width + a.Hq, scores_of + (j - j0 + r + 1) * width, 0.0f);
+    });
+    for (int64_t h = a.Hq; h < width; ++h) head_max[h] = 0.0f;
+  }
+
   // Decode on AVX-512 with Dh = 16 * kD: positions [j0, j1] of row t for every head. The walk goes
   // block by block in memory order: all heads' rows of a block (block_size * Hkv * Dh elements,
   // contiguous) before the next block, whose bytes are prefetched in order meanwhile. A walk of
   // one head across the whole context reads Dh elements every Hkv * Dh: each DRAM page is opened
   // once per head and the hardware prefetchers do not follow (7-8 GB/s of K and V on one core of
-  // the EPYC, against 15 in block order; cpu_attention_bench). The K pass takes one query head at
-  // a time: its 16 partial dots, q and a K row fit the 32 registers, where two heads sharing each
-  // K row's conversion spilled their 32 partials and read K and V ~25% slower from memory
-  // (bench/RESULTS.md); the second head finds the rows in L1. The V pass takes kG heads that share
-  // a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
+  // the EPYC, against 15 in block order; cpu_attention_bench). The K pass goes position by
+  // position where the heads come in vectors of 16 (k_pass_by_position), else head by head
+  // (k_pass_by_head); either leaves the scores position-major. The V pass takes kG heads that
+  // share a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
   // [Hq, Dh + 2]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans
   // combines spans.
   template <int kD, int kG>
@@ -246,7 +346,6 @@ struct RowHead {
                                                        float* state) const {
     const int64_t n = j1 - j0 + 1, stride = a.Hkv * a.Dh, group = a.Hq / a.Hkv, Dh = a.Dh;
     float* head_max = scratch.head_max.data();
-    std::fill_n(head_max, a.Hq, -INFINITY);
     // visit(j, rows, base, next): rows (<= 16) positions j .. j + rows - 1 of one block at
     // `base` (all heads; position r's head h at base + r * stride + h * Dh), `next` the row of
     // position j + rows or null.
@@ -275,34 +374,36 @@ struct RowHead {
         _mm_prefetch(from + byte, _MM_HINT_T1);
       }
     };
-    float* scores_of = scores.data();  // [Hq, n]
-    for_each_block(a.k_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
-      const __mmask16 m = simd::tail_mask16(rows);
-      for (int64_t h = 0; h < a.Hq; ++h) {
-        prefetch_share(next, h, head_share);
-        __m512 qv[kD];
-        for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(a.q + (t * a.Hq + h) * Dh + 16 * i);
-        __m512 partial[16];
-        const Elem* k = base + h / group * Dh;
-        for (int64_t r = 0; r < 16; ++r, k += stride) {
-          if (r >= rows) {
-            partial[r] = _mm512_setzero_ps();
-            continue;
-          }
-          __m512 acc = _mm512_mul_ps(qv[0], simd::load16<KT>(k, 0, 0xffff));
-          for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], simd::load16<KT>(k, 16 * i, 0xffff), acc);
-          partial[r] = acc;
-        }
-        const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
-        _mm512_mask_storeu_ps(scores_of + h * n + (j - j0), m, sc);
-        head_max[h] = std::max(head_max[h], _mm512_mask_reduce_max_ps(m, sc));
+    // Scores position-major, [n, Hq rounded up to 16]: each position's heads come out of one sum16.
+    const int64_t width = padded_heads(a.Hq);
+    float* scores_of = scores.data();
+    std::fill_n(head_max, width, -INFINITY);
+    switch (a.Hq % 16 == 0 ? group : 0) {
+      case 1: k_pass_by_position<kD, 1>(t, j0, for_each_block, scores_of, head_max); break;
+      case 2: k_pass_by_position<kD, 2>(t, j0, for_each_block, scores_of, head_max); break;
+      case 4: k_pass_by_position<kD, 4>(t, j0, for_each_block, scores_of, head_max); break;
+      case 8: k_pass_by_position<kD, 8>(t, j0, for_each_block, scores_of, head_max); break;
+      case 16: k_pass_by_position<kD, 16>(t, j0, for_each_block, scores_of, head_max); break;
+      default: k_pass_by_head<kD>(t, j0, for_each_block, prefetch_share, head_share, scores_of, head_max); break;
+    }
+    // e^(s - m) in place and their sums, 16 heads at a time.
+    float* sums = scratch.head_sum.data();
+    for (int64_t h0 = 0; h0 < width; h0 += 16) {
+      const __m512 mx = _mm512_loadu_ps(head_max + h0);
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = scores_of + i * width + h0;
+        const __m512 e = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(row), mx));
+        _mm512_storeu_ps(row, e);
+        sum = _mm512_add_ps(sum, e);
       }
-    });
+      _mm512_storeu_ps(sums + h0, sum);
+    }
     for (int64_t h = 0; h < a.Hq; ++h) {
       float* st = state + h * (Dh + 2);
       std::fill_n(st, Dh, 0.0f);
       st[Dh] = head_max[h];
-      st[Dh + 1] = exp_sum_avx512(scores_of + h * n, n, head_max[h]);
+      st[Dh + 1] = sums[h];
     }
     for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
       for (int64_t pair = 0; pair < pairs; ++pair) {
@@ -315,7 +416,7 @@ struct RowHead {
         const Elem* v = base + kv_head * Dh;
         for (int64_t r = 0; r < rows; ++r, v += stride) {
           __m512 p[kG];
-          for (int g = 0; g < kG; ++g) p[g] = _mm512_set1_ps(scores_of[(h0 + g) * n + (j - j0) + r]);
+          for (int g = 0; g < kG; ++g) p[g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
           for (int i = 0; i < kD; ++i) {
             const __m512 vr = simd::load16<KT>(v, 16 * i, 0xffff);
             for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[g], vr, o[g][i]);
@@ -468,8 +569,9 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
     // Sized by the batch's largest tile or span: a decode step's buffers are those of one row.
     Scratch scratch;
     const int64_t tile_scores = tile_items > 0 ? max_rows * pair * max_ctx : 0;
-    scratch.scores.resize(static_cast<size_t>(std::max(tile_scores, a.Hq * max_span)));
-    scratch.head_max.resize(static_cast<size_t>(a.Hq));
+    scratch.scores.resize(static_cast<size_t>(std::max(tile_scores, padded_heads(a.Hq) * max_span)));
+    scratch.head_max.resize(static_cast<size_t>(padded_heads(a.Hq)));
+    scratch.head_sum.resize(static_cast<size_t>(padded_heads(a.Hq)));
     if (tiled && max_rows > 1) {
       scratch.rows.resize(static_cast<size_t>(16 * a.Dh));
       scratch.out.resize(static_cast<size_t>(max_rows * pair * a.Dh));
