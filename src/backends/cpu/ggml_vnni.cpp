@@ -37,7 +37,7 @@ constexpr int64_t kBlock = 256;
 // x rounded to int8 per 256 elements.
 struct Q8Blocks {
   int64_t T = 0, blocks = 0;
-  std::vector<int8_t> q;        // [T, K]
+  std::vector<int8_t> q;        // [T, K]; Q4_K: each block's 32-byte runs in q4k_row's order
   std::vector<float> dx;        // [T, blocks]
   std::vector<int32_t> offset;  // Q6_K: [T, blocks, 4, 16]: -32 * (sum of each lane's 4 codes)
   std::vector<int32_t> sums;    // Q4_K: [T, blocks, 8]: sum of each sub-block's 32 codes
@@ -77,6 +77,16 @@ HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType t
           int32_t* sub = p.sums.data() + (t * p.blocks + b) * 8 + 2 * v;
           sub[0] = _mm512_mask_reduce_add_epi32(0x00FF, sums);
           sub[1] = _mm512_mask_reduce_add_epi32(0xFF00, sums);
+        }
+      }
+      if (type == GgmlType::kQ4_K) {
+        // The 32-byte runs in the order q4k_row meets them (sub-blocks 0, 2, 1, 3, 4, 6, 5, 7),
+        // so that each of its vectors of x is one load.
+        uint8_t run[32];
+        for (int64_t at : {32, 160}) {
+          std::memcpy(run, qb + at, 32);
+          std::memcpy(qb + at, qb + at + 32, 32);
+          std::memcpy(qb + at + 32, run, 32);
         }
       }
     }
@@ -135,12 +145,6 @@ HEARTH_VNNI void q6k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
   for (int t = 0; t < kT; ++t) y[t * w.N + n] = _mm512_reduce_add_ps(acc[t]) + add;
 }
 
-// 32 bytes of xq at a and 32 at b as one vector.
-HEARTH_VNNI inline __m512i two_runs(const int8_t* a, const int8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
-
 // A Q4_K block's 12 scale bytes as 8 scales (low 8 bytes) and 8 mins (high 8 bytes), whole
 // words at a time (core/ggml_blocks.h's q4_k_scale_min, four sub-blocks per step).
 inline __m128i q4_k_scales_mins(const uint8_t* s12) {
@@ -193,9 +197,8 @@ HEARTH_VNNI void q4k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
       const int8_t* xq = p.q.data() + t * K + b * kBlock;
       __m512i isum = _mm512_setzero_si512();
       for (int v = 0; v < 4; ++v) {
-        const int j = 4 * (v / 2) + v % 2;
-        const __m512i dot =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[v], two_runs(xq + 32 * j, xq + 32 * j + 64));
+        // xq's runs are in codes' order (quantize_x): sub-blocks j and j + 2 at 64 v.
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[v], _mm512_loadu_si512(xq + 64 * v));
         isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_permutexvar_epi32(sc_idx[v], sc)));
       }
       const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.sums.data() + (t * p.blocks + b) * 8));
