@@ -87,9 +87,6 @@ HEARTH_AVX512 inline __m512 sum16(const __m512 (&v)[16]) {
                        _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
-// and sums are f32.
-// Buffers of one worker.
 // The workers' buffers are read with 64-byte vector loads, so they start on a cache line: in a
 // malloc'd buffer (16-byte aligned) every such load may split two lines, and where the buffers
 // happened to fall moved the prefill attention by 5-7% (bench/RESULTS.md, 2026-12-05).
@@ -105,6 +102,7 @@ struct LineAligned {
 };
 using LineFloats = std::vector<float, LineAligned<float>>;
 
+// Buffers of one worker.
 struct Scratch {
   LineFloats scores;    // [rows, heads, context]; a decode span's [context, Hq rounded up to 16]
   LineFloats rows;      // [16, Dh]: a block of 16 K or V rows widened to f32
@@ -121,6 +119,8 @@ int64_t first_key(const AttentionArgs& a, int64_t c) {
   return a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
 }
 
+// One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
+// and sums are f32.
 template <DType KT>
 struct RowHead {
   using Elem = std::conditional_t<KT == DType::kF32, float, uint16_t>;
