@@ -19,24 +19,34 @@ constexpr int64_t kRowsPerBlock = 4;
 constexpr int64_t kStreamRows = 4;  // rows of x up to which the weight rows go one at a time
 
 // out[t] = dot(x[t], w) for kT rows of x (rows K apart) and one weight row: each weight vector
-// is loaded and widened once for the kT rows.
+// is loaded and widened once for the kT rows, right before its FMAs (with the two widenings of
+// a step back to back, gcc's code read bf16 at 13 GB/s on one core instead of 22). bf16 takes
+// four accumulators per row of x, f32 and f16 two: with four, bf16 read 4-9% faster on one core
+// and f32 no faster (matvec_bench; bench/RESULTS.md, 2026-12-05).
 template <DType BT, int kT>
 HEARTH_AVX512 void row_dots_avx512(const float* x, int64_t K, const void* w, float* out) {
-  __m512 even[kT], odd[kT];
-  for (int t = 0; t < kT; ++t) even[t] = odd[t] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    const __m512 w0 = simd::load16<BT>(w, k, 0xffff);
-    for (int t = 0; t < kT; ++t) even[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + k), w0, even[t]);
-    const __m512 w1 = simd::load16<BT>(w, k + 16, 0xffff);
-    for (int t = 0; t < kT; ++t) odd[t] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + k + 16), w1, odd[t]);
+  constexpr int kAcc = BT == DType::kBF16 ? 4 : 2;
+  __m512 acc[kT][kAcc];
+  for (int t = 0; t < kT; ++t) {
+    for (int i = 0; i < kAcc; ++i) acc[t][i] = _mm512_setzero_ps();
   }
-  for (; k < K; k += 16) {
+  int64_t k = 0;
+  for (; k + 16 * kAcc <= K; k += 16 * kAcc) {
+    for (int i = 0; i < kAcc; ++i) {
+      const __m512 wv = simd::load16<BT>(w, k + 16 * i, 0xffff);
+      for (int t = 0; t < kT; ++t) acc[t][i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + t * K + k + 16 * i), wv, acc[t][i]);
+    }
+  }
+  for (; k < K; k += 16) {  // accumulator 0 only: a runtime index would put acc in memory
     const __mmask16 m = simd::tail_mask16(K - k);
     const __m512 wv = simd::load16<BT>(w, k, m);
-    for (int t = 0; t < kT; ++t) even[t] = _mm512_fmadd_ps(simd::load16_f32(x + t * K + k, m), wv, even[t]);
+    for (int t = 0; t < kT; ++t) acc[t][0] = _mm512_fmadd_ps(simd::load16_f32(x + t * K + k, m), wv, acc[t][0]);
   }
-  for (int t = 0; t < kT; ++t) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(even[t], odd[t]));
+  for (int t = 0; t < kT; ++t) {
+    __m512 sum = acc[t][0];
+    for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[t][i]);
+    out[t] = _mm512_reduce_add_ps(sum);
+  }
 }
 
 template <DType BT>
