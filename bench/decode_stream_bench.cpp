@@ -91,12 +91,11 @@ int main(int argc, char** argv) {
   constexpr int kKinds = 5;
   const char* kind_names[kKinds] = {"q+k+v", "o", "gate+up", "down", "LM head"};
   auto kind_of = [&](size_t i) { return i + 1 == groups.size() ? 4 : static_cast<int>(i % 4); };
+  // Matrix l * 7 + i of a layer (q, k, v, o, gate, up, down) belongs to kind kKindOf[i].
+  constexpr int kKindOf[7] = {0, 0, 0, 1, 2, 2, 3};
   double kind_bytes[kKinds] = {};
-  for (size_t i = 0; i < groups.size(); ++i) {
-    for (const auto& part : groups[i]) {
-      const int64_t groups_per_row = part.w.K / part.w.group_size;
-      kind_bytes[kind_of(i)] += static_cast<double>((part.w.N + 15) / 16 * 16 * (part.w.K / 2 + groups_per_row * 4));
-    }
+  for (size_t i = 0; i < ms.size(); ++i) {
+    kind_bytes[i + 1 == ms.size() ? 4 : kKindOf[i % 7]] += static_cast<double>(ms[i].bytes);
   }
   const char* pass_names[3] = {"one call per matrix (197):", "grouped (113 calls):", "one matrix of as many bytes:"};
   std::vector<double> step_gbs[3], read_gbs, ratios[3], kind_ratios[kKinds];

@@ -197,7 +197,7 @@ HEARTH_VNNI void q4k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
       const int8_t* xq = p.q.data() + t * K + b * kBlock;
       __m512i isum = _mm512_setzero_si512();
       for (int v = 0; v < 4; ++v) {
-        // xq's runs are in codes' order (quantize_x): sub-blocks j and j + 2 at 64 v.
+        // xq's runs are in codes' order (quantize_x): sub-blocks j and j + 2 (sc_idx's j) at 64 v.
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[v], _mm512_loadu_si512(xq + 64 * v));
         isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_permutexvar_epi32(sc_idx[v], sc)));
       }

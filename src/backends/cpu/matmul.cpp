@@ -153,7 +153,6 @@ void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_
   constexpr size_t kElem = BT == DType::kF32 ? 4 : 2;
   const auto* wb = static_cast<const uint8_t*>(w);
   int64_t n = n_begin;
-  if (isa != Isa::kScalar && T <= kStreamRows) return stream_rows<BT>(isa, x, T, K, w, n_begin, n_end, N, bias, y);
   if (isa != Isa::kScalar) {
     for (; n + kRowsPerBlock <= n_end; n += kRowsPerBlock) {
       const void* w_rows = wb + static_cast<size_t>(n) * K * kElem;
@@ -196,8 +195,12 @@ void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, con
   dispatch_float(w_type, [&]<DType BT>() {
     auto run = [&](int64_t begin, int64_t end) {
       // Chunks are in units of 4-row blocks so only the last chunk has a ragged tail.
-      matmul_rows<BT>(isa, x, x_perm.empty() ? nullptr : x_perm.data(), T, K, w, begin * kRowsPerBlock,
-                      std::min(N, end * kRowsPerBlock), N, bias, y);
+      const int64_t n0 = begin * kRowsPerBlock, n1 = std::min(N, end * kRowsPerBlock);
+      if (isa != Isa::kScalar && T <= kStreamRows) {
+        stream_rows<BT>(isa, x, T, K, w, n0, n1, N, bias, y);
+      } else {
+        matmul_rows<BT>(isa, x, x_perm.empty() ? nullptr : x_perm.data(), T, K, w, n0, n1, N, bias, y);
+      }
     };
     const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
     // Enough work per chunk to pay for waking a thread (~64k multiply-adds).
