@@ -21,6 +21,13 @@
 #                                          and the instruction and sector counts
 #   scripts/gpu_bench.sh sass REGEX        there: the SASS of the pack's kernels whose mangled
 #                                          names match REGEX (cuobjdump is there, not here)
+#   scripts/gpu_bench.sh timeline-pack     here: builds hearth with -DHEARTH_CUDA_TIMELINE=ON in
+#                                          build-timeline/ and packs it as .gpu-timeline.tar.xz
+#   scripts/gpu_bench.sh timeline [MODEL...]
+#                                          there: that hearth's in-graph timeline of one decode
+#                                          step per model (src/backends/cuda/timeline.cu), written
+#                                          to timeline-MODEL.txt in TIMELINE_DIR (default .), and
+#                                          its time by kernel printed
 # Extra `hearth bench` flags come from BENCH_FLAGS (e.g. "--prompt-tokens 8192 --reps 1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +61,30 @@ case "${1:-}" in
     git worktree remove --force "$tree"
     rmdir "$(dirname "$tree")"
     du -h .gpu-base.tar.xz
+    ;;
+  timeline-pack)
+    cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA_TIMELINE=ON \
+      -DHEARTH_TESTS=OFF >/dev/null
+    cmake --build build-timeline --target hearth >/dev/null
+    dir=$(mktemp -d)
+    cp build-timeline/hearth "$dir/hearth" && strip "$dir/hearth"
+    tar -cJf .gpu-timeline.tar.xz -C "$dir" hearth
+    rm -rf "$dir"
+    du -h .gpu-timeline.tar.xz
+    ;;
+  timeline)
+    there
+    shift
+    [ -f .gpu-timeline.tar.xz ] || { echo ".gpu-timeline.tar.xz missing: run '$0 timeline-pack' here and carry it" >&2; exit 1; }
+    rm -rf .gpu-timeline && mkdir .gpu-timeline && tar -xJf .gpu-timeline.tar.xz -C .gpu-timeline
+    mapfile -t models < <(models_or_default "$@")
+    for model in "${models[@]}"; do
+      report=${TIMELINE_DIR:-.}/timeline-$(basename "$model").txt
+      # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+      HEARTH_CUDA_TIMELINE=$report .gpu-timeline/hearth bench "$model" --no-record ${BENCH_FLAGS:---reps 1} >/dev/null 2>&1
+      echo "== $(basename "$model")"
+      sed -n '1p;/^# path by kernel/,$p' "$report"
+    done
     ;;
   models)
     there
@@ -125,7 +156,8 @@ case "${1:-}" in
     "$dump" -sass "$pack/hearth" | awk -v re="$regex" '/Function :/ { on = ($0 ~ re) } on'
     ;;
   *)
-    echo "usage: $0 base REV | models | ab [MODEL...] | knob NAME [MODEL...] | ncu [REGEX] | sass REGEX" >&2
+    echo "usage: $0 base REV | models | ab [MODEL...] | knob NAME [MODEL...] | ncu [REGEX] | sass REGEX |" \
+      "timeline-pack | timeline [MODEL...]" >&2
     exit 2
     ;;
 esac

@@ -24,6 +24,10 @@ const std::vector<KnobInfo>& all_knobs() {
        "On GPUs of compute capability 9.0 and later a kernel may start before the previous one "
        "ends (programmatic dependent launch; it waits for its inputs): 1, or 0 for strictly "
        "serial kernels (for comparison). Read when a device is first used."},
+      {"HEARTH_CUDA_TIMELINE", "",
+       "A file to write the in-graph timeline of one GPU decode step to (the 64th replay of a "
+       "recorded graph): when each kernel launch's blocks reached their wait and were released. "
+       "Needs a build configured with -DHEARTH_CUDA_TIMELINE=ON; empty: off."},
       {"HEARTH_CUDA_QUANT_GEMM", "1",
        "GPU matmuls of 9 to 32 rows (batched decode, short prompts) over 4- and 8-bit MLX affine "
        "matrices run on tensor cores with each weight dequantized in registers: 1, or 0 to "
@@ -116,6 +120,8 @@ bool device_graphs() {
 }
 
 bool cuda_pdl() { return flag("HEARTH_CUDA_PDL"); }
+
+std::string cuda_timeline() { return knob_text("HEARTH_CUDA_TIMELINE"); }
 
 bool cuda_mv_mma() {
   static CachedFlag f("HEARTH_CUDA_MV_MMA");

@@ -31,6 +31,9 @@ int threads();
 bool device_graphs();
 // Whether CUDA kernels may start early, waiting for their inputs (HEARTH_CUDA_PDL, default on).
 bool cuda_pdl();
+// Where to write the in-graph timeline of one GPU decode step (HEARTH_CUDA_TIMELINE; "" = off;
+// only builds with the CMake option HEARTH_CUDA_TIMELINE record one).
+std::string cuda_timeline();
 // Whether GPU matmuls of 9-32 rows over 4/8-bit affine matrices dequantize in registers
 // (HEARTH_CUDA_QUANT_GEMM, default on) rather than into a dense copy for cuBLAS.
 bool cuda_quant_gemm();

@@ -9,13 +9,13 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void silu_mul_kernel(const float* g, const float* u, int64_t n, float* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (i < n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 __global__ void add_kernel(float* a, const float* b, int64_t n) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (i < n) a[i] += b[i];
 }

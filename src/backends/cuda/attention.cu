@@ -116,7 +116,7 @@ __device__ void attend(const AttentionArgs& a, int64_t t, int64_t h, const RowPl
 
 template <typename T>
 __global__ void attention_kernel(AttentionArgs a) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const RowPlace p = place_of(a, t);
   __shared__ float acc[32 * kMaxDimsPerLane];
@@ -140,7 +140,7 @@ constexpr int kTileMaxDh = 128;
 
 template <typename T>
 __global__ void attention_tile_kernel(AttentionArgs a) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t h = blockIdx.y, t0 = blockIdx.x * static_cast<int64_t>(kTileRows);
   const int64_t t_end = min(a.T, t0 + kTileRows);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -260,7 +260,7 @@ __global__ void attention_tile_kernel(AttentionArgs a) {
 // partial: [T, Hq, kSplits, Dh] unnormalized sums; stats: [T, Hq, kSplits] (M, L).
 template <typename T>
 __global__ void attention_split_kernel(AttentionArgs a, float* partial, float2* stats) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t t = blockIdx.x, h = blockIdx.y, z = blockIdx.z;
   const RowPlace p = place_of(a, t);
   const int64_t n = p.c - p.lo + 1, round = 2 * kSplitWarps;
@@ -331,7 +331,7 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
     const RowPlace early = place_of(a, t);
     prefetch_first_round<T, kDh>(a, early, kv_head, split_range(early, z));
   }
-  wait_for_previous();
+  wait_for_previous(__func__);
   const RowPlace p = place_of(a, t);
   const SplitRange range = split_range(p, z);
   const int64_t begin = range.begin, end = range.end;
@@ -485,7 +485,7 @@ void launch_decode(cudaStream_t s, const AttentionArgs& a, float* partial, float
 // weights go to shared memory first, then each thread sums its dims over them with the loads
 // unrolled, so that they are in flight together.
 __global__ void attention_merge_kernel(const float* partial, const float2* stats, int64_t Hq, int64_t Dh, float* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t th = blockIdx.x * Hq + blockIdx.y;
   __shared__ float weight[kSplits];
   __shared__ float total;

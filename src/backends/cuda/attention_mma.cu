@@ -23,7 +23,7 @@ constexpr int kWarps = 4, kRows = 16 * kWarps, kKeys = 64;
 
 template <typename T, int kDh>
 __global__ void attention_mma_kernel(AttentionArgs a) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   constexpr int kStride = kDh + 8;  // elements per staged row: 16 bytes of padding
   constexpr int kPieces = kDh / 8;  // 16-byte pieces per row
   __shared__ __align__(16) T ks[kKeys][kStride];

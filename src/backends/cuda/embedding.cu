@@ -15,7 +15,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void embedding_kernel(const T* table, int64_t V, int64_t D, const int32_t* ids, int64_t T_rows, float* out,
                                  int32_t* errors) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (at >= T_rows * D) return;
   const int64_t t = at / D, d = at % D;

@@ -112,7 +112,7 @@ __global__ void q4_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
   const int K = static_cast<int>(w.K), pieces = K / 256 * 8, G = K / 32;
   const uint8_t* row = w.blocks + n * w.row_bytes;
   if (n < w.N) prefetch_row_head(row, w.row_bytes, lane);  // while the previous kernel finishes
-  wait_for_previous();
+  wait_for_previous(__func__);
   if (n >= w.N) return;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
@@ -195,7 +195,7 @@ __global__ void q6_k_dp4a_kernel(GgmlArgs w, PreparedX x, const float* bias, flo
   const int K = static_cast<int>(w.K), subs = K / 16, G = K / 32;
   const uint8_t* row = w.blocks + n * w.row_bytes;
   if (n < w.N) prefetch_row_head(row, w.row_bytes, lane);  // while the previous kernel finishes
-  wait_for_previous();
+  wait_for_previous(__func__);
   if (n >= w.N) return;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
                             w.blocks + min(n0 + g + 8, N - 1) * w.row_bytes};
   // The warp's first pair of blocks (288 bytes, up to 4 lines of each row) into L2.
   if (static_cast<uint32_t>(warp) < pairs) prefetch_unit(rows, warp, t, 288);
-  wait_for_previous();
+  wait_for_previous(__func__);
   // Whether the lane's B column (g) takes its low or its high nibbles' k: sub-block 4s + g % 4.
   const bool low_on = g % 4 == 2 * (t / 2), high_on = g % 4 == 2 * (t / 2) + 1;
   float acc[kPasses][2];
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
                             w.blocks + min(n0 + g + 8, N - 1) * w.row_bytes};
   // The warp's first block (210 bytes, up to 3 lines of each row) into L2.
   if (static_cast<uint32_t>(warp) < blocks) prefetch_unit(rows, warp, t, 210);
-  wait_for_previous();
+  wait_for_previous(__func__);
   const bool my_part = g % 4 == t;  // B column g is sub-block 4s + g % 4 of token g / 4
   float acc[kPasses][2];
 #pragma unroll
@@ -499,7 +499,7 @@ void k_quant_dp4a(cudaStream_t s, const GgmlArgs& w, const float* x, int64_t T, 
 
 template <int kT>
 __global__ void matvec_kernel(GgmlArgs w, const float* x, const float* bias, float* y) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (n >= w.N) return;
@@ -556,7 +556,7 @@ __device__ inline void q6_k_elements8(const uint8_t* block, int i, float (&out)[
 // block's params ~10 times per element: 290 us for a [14336, 4096] Q4_K matrix on the H200.
 template <GgmlType kType>
 __global__ void dequantize_kernel(GgmlArgs w, __nv_bfloat16* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t n = blockIdx.x, k = (blockIdx.y * 256LL + threadIdx.x) * 8;
   if (k >= w.K) return;
   constexpr int kBlockBytes = kType == GgmlType::kQ4_K ? 144 : 210;
@@ -578,7 +578,7 @@ __global__ void dequantize_kernel(GgmlArgs w, __nv_bfloat16* out) {
 
 // One element per thread (Q4_K rows that are not 16-byte aligned).
 __global__ void dequantize_elements_kernel(GgmlArgs w, __nv_bfloat16* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t n = blockIdx.x, k = blockIdx.y * 256LL + threadIdx.x;
   if (k < w.K) out[n * w.K + k] = __float2bfloat16_rn(element(w, n, k));
 }

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/graph.h"
+#include "backends/cuda/timeline.cuh"
 #include "base/error.h"
 
 namespace hearth::cuda {
@@ -28,12 +29,19 @@ class CudaGraph final : public DeviceGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  void replay() override { HEARTH_CUDA_CHECK(cudaGraphLaunch(exec_, use_device(device_))); }
+  void replay() override {
+    const cudaStream_t s = use_device(device_);
+    const bool recorded = timeline_wanted(++replays_);
+    if (recorded) timeline_begin(s);
+    HEARTH_CUDA_CHECK(cudaGraphLaunch(exec_, s));
+    if (recorded) timeline_end(s);
+  }
 
  private:
   Device device_;
   std::unique_ptr<GraphPool> pool_;
   cudaGraphExec_t exec_;
+  uint64_t replays_ = 0;
 };
 
 }  // namespace

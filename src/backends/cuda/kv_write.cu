@@ -17,7 +17,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void kv_write_kernel(const float* k, const float* v, int64_t T_rows, int64_t row, const int32_t* slots,
                                 int64_t n_slots, T* k_cache, T* v_cache, int32_t* errors) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t at = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (at >= T_rows * row) return;
   const int64_t t = at / row, e = at % row;

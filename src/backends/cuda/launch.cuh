@@ -9,9 +9,9 @@
 // anything (an early start must neither read an input too soon nor overwrite one still being
 // read), and calls it even when it has nothing to do, so that the kernel ends only after its
 // predecessor has (the next kernel's wait covers all the earlier ones). Before the wait a kernel
-// may only ask L2 for memory (a prefetch reads nothing into the kernel, and L2 is coherent), and
-// read what it needs to choose the addresses, where a stale value costs a useless prefetch, never
-// a wrong result.
+// may only ask L2 for memory (a prefetch reads nothing into the kernel, and L2 is coherent), read
+// what it needs to choose the addresses, where a stale value costs a useless prefetch, never a
+// wrong result, and read what no kernel writes (the model's weights).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,15 +19,23 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/timeline.cuh"
 
 namespace hearth::cuda {
 
 // Waits until the kernels before this one in the stream have finished and their writes are
-// visible; then lets the next kernel be launched (its blocks wait in their own call).
-__device__ inline void wait_for_previous() {
+// visible; then lets the next kernel be launched (its blocks wait in their own call). Kernels
+// pass their __func__, which names them in the timeline of builds that record one (timeline.cuh).
+__device__ inline void wait_for_previous([[maybe_unused]] const char* kernel = nullptr) {
+#ifdef HEARTH_CUDA_TIMELINE
+  const uint64_t arrived = globaltimer();
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
+#endif
+#ifdef HEARTH_CUDA_TIMELINE
+  timeline_record(kernel, arrived);
 #endif
 }
 

@@ -78,7 +78,7 @@ __global__ void matvec_kernel(const float* x, Parts<W> p, int64_t K) {
   const Row<W> m = row_of(p, valid ? r : 0);
   const W* row = m.w + m.n * K;
   if (valid) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
-  wait_for_previous();
+  wait_for_previous(__func__);
   if (!valid) return;
   float acc[kT];
   for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
@@ -137,7 +137,7 @@ __device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int6
   const Row<W> m = row_of(p, valid ? r : 0);
   const uint4* row = reinterpret_cast<const uint4*>(m.w + m.n * K);
   if (valid) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
-  wait_for_previous();
+  wait_for_previous(__func__);
   x = row_source<kNorm>(x, norm, K);
   if (!valid) return;
   const int64_t vecs = K / kPer;
@@ -270,13 +270,13 @@ bool norm_matvec_row(cudaStream_t s, const float* x, RowNorm norm, const MatvecP
 
 template <typename W>
 __global__ void narrow_kernel(const float* x, int64_t n, W* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < n) out[i] = narrow<W>(x[i]);
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t T, int64_t N) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < T * N) y[i] += bias[i % N];
 }

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t K = w.K, N = w.N, row_bytes = K * kBits / 8;
   const int steps = static_cast<int>(K / kStep), group_shift = __ffs(w.group_size) - 1;
   const auto* packed = reinterpret_cast<const unsigned char*>(w.packed);
-  wait_for_previous();
+  wait_for_previous(__func__);
 
   // Step `step`'s x rows and weight codes into stage step % kStages; rows past T or N as zeros.
   auto stage = [&](int step) {

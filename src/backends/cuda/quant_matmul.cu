@@ -171,7 +171,7 @@ __device__ __forceinline__ void matvec_dp4a_rows(const QuantLaunch& L, const Pre
     prefetch_row_head(scales, G * static_cast<int64_t>(sizeof(S)), lane);
     if (biases != nullptr) prefetch_row_head(biases, G * static_cast<int64_t>(sizeof(S)), lane);
   }
-  wait_for_previous();
+  wait_for_previous(__func__);
   if (!valid) return;
   const float zero_point = -static_cast<float>(1 << (kBits - 1));
   float acc[kT];
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks) matvec_one_ro
 // Any width and shape: per element, in f32.
 template <int kT>
 __global__ void matvec_elements_kernel(QuantPart p, const float* x) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const QuantArgs& w = p.w;
   const int64_t n = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -376,7 +376,7 @@ __device__ inline float dequantized(const QuantArgs& w, int64_t n, int64_t k) {
 }
 
 __global__ void dequantize_kernel(QuantArgs w, __nv_bfloat16* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i < w.N * w.K) out[i] = __float2bfloat16_rn(dequantized(w, i / w.K, i % w.K));
 }
@@ -386,7 +386,7 @@ __global__ void dequantize_kernel(QuantArgs w, __nv_bfloat16* out) {
 // the element), the group's scale and bias read once, the same two roundings per element.
 template <int kBits, typename S>
 __global__ void dequantize_words_kernel(QuantArgs w, __nv_bfloat16* out) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   constexpr int kCodes = 32 / kBits;
   const int64_t n = blockIdx.x;
   const int K = static_cast<int>(w.K), words_per_row = K / kCodes, at = blockIdx.y * 256 + threadIdx.x;

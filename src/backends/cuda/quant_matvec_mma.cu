@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) matvec_mma_kernel(QuantLaun
   if (static_cast<uint32_t>(warp) < chunks) {
     prefetch_line(reinterpret_cast<uintptr_t>((t < 2 ? codes[0] : codes[1]) - t + warp * 16 + 8 * (t % 2)));
   }
-  wait_for_previous();
+  wait_for_previous(__func__);
   const float zero_point = -static_cast<float>(1 << (kBits - 1));
   // The part of lane t's own codes, and whether its B column (g) is its part's: token g / kParts.
   const bool my_part = t * kParts / 4 == g % kParts;

@@ -9,7 +9,7 @@ namespace hearth::cuda {
 namespace {
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t d, float eps, float* y) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
   const float inv = inverse_rms(xr, d, eps, false);
@@ -19,7 +19,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t d, float
 // The same for rows of whole float4s (d % 4 == 0, 16-byte aligned), the loads unrolled so that
 // a thread's are in flight together: a decode row is one block, and its time is the round trips.
 __global__ void rms_norm4_kernel(const float* x, const float* w, int64_t d, float eps, float* y) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * d);
   float4* yr = reinterpret_cast<float4*>(y + blockIdx.x * d);
   const float4* w4 = reinterpret_cast<const float4*>(w);

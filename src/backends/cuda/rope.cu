@@ -27,7 +27,7 @@ __device__ inline void rotate(float* xh, int64_t i, int64_t half, int32_t pos, c
 
 __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t Dh, const int32_t* positions, const float* inv_freq,
                             int64_t half, float af) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t n = T * H * half;
   for (int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; at < n;
        at += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -42,7 +42,7 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t Dh, const in
 // they are), then Hkv * Dh elements of v.
 template <typename T>
 __global__ void rope_kv_write_kernel(RopeKvArgs a, T* k_cache, T* v_cache, int32_t* errors) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t nq = a.Hq * a.half, nk = a.Hkv * a.Dh, per_row = nq + 2 * nk;
   for (int64_t at = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; at < a.T * per_row;
        at += static_cast<int64_t>(gridDim.x) * blockDim.x) {

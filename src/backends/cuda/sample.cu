@@ -272,7 +272,7 @@ __device__ bool select(const Slice& sl, float best_t, const SampleRow& row, Targ
 // dynamic shared memory (shared_keys). Grid (cluster blocks, R).
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t V, const SampleRow* rows,
                                                           uint32_t* all_keys, bool shared_keys, int32_t* ids) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   __shared__ Shared s;
   extern __shared__ uint32_t slice_keys[];
   const int64_t r = blockIdx.y;

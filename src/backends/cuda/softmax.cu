@@ -9,7 +9,7 @@ namespace hearth::cuda {
 namespace {
 
 __global__ void softmax_kernel(float* x, int64_t V) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   float* row = x + blockIdx.x * V;
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < V; i += kRowThreads) mx = fmaxf(mx, row[i]);
@@ -37,7 +37,7 @@ __device__ inline void better(float& v, int64_t& i, float ov, int64_t oi) {
 constexpr int kArgmaxThreads = 1024, kArgmaxUnroll = 4;
 
 __global__ void argmax_kernel(const float* x, int64_t V, int32_t* ids) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const float* row = x + blockIdx.x * V;
   float v = -INFINITY;
   int64_t idx = V;  // none yet: any real element beats it

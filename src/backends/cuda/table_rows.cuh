@@ -13,7 +13,7 @@ namespace hearth::cuda {
 // Value()(w, n, k): element k of row n of the table w (Args with N rows of K).
 template <typename Args, typename Value>
 __global__ void table_rows_kernel(Args w, const int32_t* ids, int64_t T, float* out, int32_t* errors) {
-  wait_for_previous();
+  wait_for_previous(__func__);
   const int64_t i = blockIdx.x * 256LL + threadIdx.x;
   if (i >= T * w.K) return;
   const int64_t t = i / w.K, k = i % w.K;
