@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/reduce.cuh"
+#include "base/error.h"
 
 namespace hearth::cuda {
 
@@ -48,36 +49,57 @@ __device__ inline int64_t xq_index(int64_t k) {
 // normalized with the same factor.
 template <int kBits>
 __global__ void prepare_x_kernel(XSource src, int64_t K, int group_size, PreparedX out) {
-  wait_for_previous();
+  constexpr int kMaxPerLane = 4;  // groups of up to 128
   const int64_t G = K / group_size, t = blockIdx.y,
                 g = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, per_lane = group_size / 32;
+  const int64_t first = g * group_size;
+  // The norm's weights before the wait: no kernel writes them.
+  float w[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    w[i] = src.norm_w != nullptr && g < G && i < per_lane ? src.norm_w[first + lane + 32 * i] : 1.0f;
+  }
+  wait_for_previous(__func__);
   const float* xr = src.x + t * K;
+  // The lane's values of its group (and of up), asked for before the norm's reduction, so that
+  // they and the row's loads for the sum of squares are in flight together.
+  float v[kMaxPerLane], u[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const bool mine = g < G && i < per_lane;
+    v[i] = mine ? xr[first + lane + 32 * i] : 0.0f;
+    u[i] = mine && src.up != nullptr ? src.up[t * K + first + lane + 32 * i] : 0.0f;
+  }
   // rms_norm.cu reads float4s where x, the weight and y are aligned; here there is no y.
   const bool vec4 =
       K % 4 == 0 && (reinterpret_cast<uintptr_t>(src.x) | reinterpret_cast<uintptr_t>(src.norm_w)) % 16 == 0;
   const float inv = src.norm_w != nullptr ? inverse_rms(xr, K, src.eps, vec4) : 1.0f;
   if (g >= G) return;
-  const int64_t first = g * group_size;
-  auto value = [&](int64_t k) {
-    const float v = xr[k];
-    if (src.up != nullptr) return v / (1.0f + expf(-v)) * src.up[t * K + k];
-    if (src.norm_w != nullptr) return src.norm_w[k] * (v * inv);
-    return v;
-  };
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    if (src.up != nullptr) {
+      v[i] = v[i] / (1.0f + expf(-v[i])) * u[i];
+    } else if (src.norm_w != nullptr) {
+      v[i] = w[i] * (v[i] * inv);
+    }
+  }
   float m = 0.0f, sum = 0.0f;
-  for (int k = lane; k < group_size; k += 32) {
-    const float v = value(first + k);
-    m = fmaxf(m, fabsf(v));
-    sum += v;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    if (i >= per_lane) break;
+    m = fmaxf(m, fabsf(v[i]));
+    sum += v[i];
   }
   m = warp_max(m);
   sum = warp_sum(sum);
   const float scale = m > 0.0f ? 127.0f / m : 0.0f;
   int8_t* q = out.q + t * K + first;
-  for (int k = lane; k < group_size; k += 32) {
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    if (i >= per_lane) break;
     // Round to nearest even, as the CPU's conversion does (no fused multiply-add before it).
-    q[xq_index<kBits>(k)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(value(first + k), scale)));
+    q[xq_index<kBits>(lane + 32 * i)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v[i], scale)));
   }
   if (lane == 0) {
     out.dx[t * G + g] = m / 127.0f;
@@ -90,6 +112,7 @@ static_assert(kPrepareWarps * 32 == kRowThreads, "a block sums a row's squares a
 // Queues prepare_x_kernel for src ([T, K] values) into scratch; returns where it lands.
 template <int kBits>
 PreparedX prepare_x(cudaStream_t s, const XSource& src, int64_t T, int64_t K, int group_size, void* scratch) {
+  HEARTH_CHECK(group_size % 32 == 0 && group_size <= 128);  // prepare_x_kernel's kMaxPerLane
   const PreparedX px = prepared_x(scratch, T, K, group_size);
   const int64_t G = K / group_size;
   const dim3 grid(static_cast<unsigned>((G + kPrepareWarps - 1) / kPrepareWarps), static_cast<unsigned>(T));
