@@ -25,29 +25,31 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Matrix {
-  hearth::Tensor codes, scales, biases;
+  hearth::Tensor panels;
   hearth::cpu::AffineMatrix args{};
   size_t bytes = 0;
 };
 
-// N x K, 4 bits, groups of 64, bf16 parameters, 16-row panels; the codes are hashed bytes.
+// N x K, 4 bits, groups of 64, bf16 parameters, in the CPU's panels (core/quant.h): hashed
+// bytes for the codes, constant scales and biases.
 Matrix random_matrix(int64_t N, int64_t K) {
   Matrix m;
-  const int64_t panels = (N + 15) / 16, groups = K / 64;
-  m.codes = hearth::Tensor::zeros({panels * 16 * K / 2}, hearth::DType::kU8);
-  m.scales = hearth::Tensor::zeros({panels * groups * 16}, hearth::DType::kBF16);
-  m.biases = hearth::Tensor::zeros({panels * groups * 16}, hearth::DType::kBF16);
-  auto* c = m.codes.data<uint8_t>();
-  for (int64_t i = 0; i < m.codes.numel(); ++i) c[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-  auto* s = static_cast<uint16_t*>(m.scales.raw());
-  auto* b = static_cast<uint16_t*>(m.biases.raw());
-  for (int64_t i = 0; i < m.scales.numel(); ++i) {
-    s[i] = 0x3c00;  // bf16 0.0078
-    b[i] = 0xbc00;
+  const int64_t P = (N + 15) / 16;
+  const hearth::PanelLayout l = hearth::panel_layout(K, 4, 64, hearth::DType::kBF16, true);
+  m.panels = hearth::Tensor::zeros({P, l.panel_bytes}, hearth::DType::kU8);
+  auto* c = m.panels.data<uint8_t>();
+  for (int64_t i = 0; i < m.panels.numel(); ++i) c[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  for (int64_t p = 0; p < P; ++p) {
+    for (int64_t g = 0; g < l.groups; ++g) {
+      auto* params = reinterpret_cast<uint16_t*>(c + p * l.panel_bytes + l.params_at(g));
+      for (int i = 0; i < 16; ++i) {
+        params[i] = 0x3c00;  // bf16 0.0078
+        params[16 + i] = 0xbc00;
+      }
+    }
   }
-  m.args = {static_cast<const uint32_t*>(m.codes.raw()), m.scales.raw(), m.biases.raw(), hearth::DType::kBF16, 4, 64,
-            N, K, true};
-  m.bytes = static_cast<size_t>(m.codes.nbytes() + m.scales.nbytes() + m.biases.nbytes());
+  m.args = {static_cast<const uint32_t*>(m.panels.raw()), nullptr, nullptr, hearth::DType::kBF16, 4, 64, N, K, true, l};
+  m.bytes = static_cast<size_t>(m.panels.nbytes());
   return m;
 }
 

@@ -173,13 +173,20 @@ void expect_quantized(const QuantizedMatrix& w, const char* op) {
     fail(op, "columns " + std::to_string(w.cols) + " do not fit groups of " + std::to_string(w.spec.group_size));
   }
   const bool panels = w.layout == AffineLayout::kPanels16;
+  if (panels && !(is_float(w.param_type) && (w.spec.bits == 4 || w.spec.bits == 8))) {
+    fail(op, "panels hold 4- or 8-bit codes with float parameters, not " + w.str());
+  }
   const int64_t P = (w.rows + 15) / 16;
-  const Shape packed = panels ? Shape({P, w.cols * w.spec.bits / 8 * 16}) : Shape({w.rows, words});
-  const Shape params = panels ? Shape({P, groups, 16}) : Shape({w.rows, groups});
+  const Shape packed = panels ? Shape({P, panel_layout(w).panel_bytes}) : Shape({w.rows, words});
   const DType code_type = panels ? DType::kU8 : DType::kU32;
   if (!(w.packed.dtype() == code_type && w.packed.shape() == packed)) {
     fail(op, "expected packed " + packed.str() + " " + std::string(dtype_name(code_type)) + ", got " + w.packed.str());
   }
+  if (panels) {
+    if (w.scales.defined() || w.biases.defined()) fail(op, "panels carry their scales and biases inside");
+    return;
+  }
+  const Shape params({w.rows, groups});
   for (const Tensor* t : {&w.scales, &w.biases}) {
     if (t == &w.biases && w.symmetric()) continue;
     if (!(t->defined() && is_float(t->dtype()) && t->dtype() == w.scales.dtype() && t->shape() == params)) {

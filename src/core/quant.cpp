@@ -199,15 +199,20 @@ Tensor affine_dequantize(const QuantizedMatrix& q) {
   const bool panels = q.layout == AffineLayout::kPanels16;
   Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);
   std::vector<float> s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
-  const DType st = q.scales.dtype();
+  const PanelLayout l = panels ? panel_layout(q) : PanelLayout{};
+  const auto* bytes = static_cast<const uint8_t*>(q.packed.raw());
+  const DType st = panels ? q.param_type : q.scales.dtype();
   const size_t es = dtype_size(st);
   for (int64_t n = 0; n < q.rows; ++n) {
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t at = panels ? panel_param_index(n, g, groups) : n * groups + g;
-      s[static_cast<size_t>(g)] = load(static_cast<const uint8_t*>(q.scales.raw()) + at * es, st);
-      b[static_cast<size_t>(g)] = q.symmetric()
-                                      ? -static_cast<float>(1 << (q.spec.bits - 1)) * s[static_cast<size_t>(g)]
-                                      : load(static_cast<const uint8_t*>(q.biases.raw()) + at * es, st);
+      const auto i = static_cast<size_t>(g);
+      const size_t at = static_cast<size_t>(n * groups + g) * es;
+      s[i] = panels ? panel_param(bytes, l, st, n, g, 0) : load(static_cast<const uint8_t*>(q.scales.raw()) + at, st);
+      if (q.symmetric()) {
+        b[i] = -static_cast<float>(1 << (q.spec.bits - 1)) * s[i];
+      } else {
+        b[i] = panels ? panel_param(bytes, l, st, n, g, 1) : load(static_cast<const uint8_t*>(q.biases.raw()) + at, st);
+      }
     }
     float* row = out.data<float>() + n * q.cols;
     if (!panels) {
@@ -216,10 +221,28 @@ Tensor affine_dequantize(const QuantizedMatrix& q) {
     }
     for (int64_t k = 0; k < q.cols; ++k) {
       const auto g = static_cast<size_t>(k / q.spec.group_size);
-      row[k] = s[g] * static_cast<float>(panel_code(q.packed.data<uint8_t>(), q.cols, q.spec.bits, n, k)) + b[g];
+      row[k] = s[g] * static_cast<float>(panel_code(bytes, l, q.spec.bits, q.spec.group_size, n, k)) + b[g];
     }
   }
   return out;
+}
+
+PanelLayout panel_layout(int64_t K, int bits, int group_size, DType param_type, bool biases) {
+  PanelLayout l;
+  l.groups = K / group_size;
+  l.code_bytes = int64_t{group_size} * bits / 8 * 16;
+  l.param_size = static_cast<int64_t>(dtype_size(param_type));
+  l.biases = biases;
+  l.param_bytes = 16 * l.param_size * (biases ? 2 : 1);
+  l.unit = l.param_bytes < 64 ? 64 / l.param_bytes : 1;
+  l.unit_bytes = l.unit * (l.code_bytes + l.param_bytes);
+  const int64_t whole = l.groups / l.unit, rest = l.groups % l.unit;
+  l.panel_bytes = (whole * l.unit_bytes + rest * (l.code_bytes + l.param_bytes) + 63) / 64 * 64;
+  return l;
+}
+
+float panel_param(const uint8_t* panels, const PanelLayout& l, DType param_type, int64_t n, int64_t g, int which) {
+  return load(panels + n / 16 * l.panel_bytes + l.params_at(g) + (which * 16 + n % 16) * l.param_size, param_type);
 }
 
 QuantizedMatrix affine_to_panels(const QuantizedMatrix& q) {
@@ -227,39 +250,39 @@ QuantizedMatrix affine_to_panels(const QuantizedMatrix& q) {
     throw InputError("only 4- and 8-bit affine matrices in rows interleave into panels, not " + q.str());
   const int64_t N = q.rows, K = q.cols, P = (N + 15) / 16, groups = K / q.spec.group_size;
   const int bits = q.spec.bits;
-  const int64_t steps = K / (bits == 8 ? 4 : 8), words = K * bits / 32;
+  const int64_t per_step = bits == 8 ? 4 : 8, steps = q.spec.group_size / per_step, words = K * bits / 32;
   QuantizedMatrix out = q;
   out.layout = AffineLayout::kPanels16;
-  out.packed = Tensor::zeros({P, K * bits / 8 * 16}, DType::kU8);
+  out.param_type = q.scales.dtype();
+  out.param_biases = q.biases.defined();
+  out.scales = Tensor();
+  out.biases = Tensor();
+  const PanelLayout l = panel_layout(out);
+  out.packed = Tensor::zeros({P, l.panel_bytes}, DType::kU8);
   uint8_t* dst = out.packed.data<uint8_t>();
+  const size_t es = static_cast<size_t>(l.param_size);
   for (int64_t n = 0; n < N; ++n) {
     // A step's 4 bytes are 4 bytes of the row in both widths; 4 bits reorder their nibbles
     // from element order (k in nibble k) to byte i = (i, i + 4).
     const auto* row = reinterpret_cast<const uint8_t*>(q.packed.data<uint32_t>() + n * words);
-    uint8_t* lane = dst + (n / 16) * steps * 64 + (n % 16) * 4;
-    for (int64_t j = 0; j < steps; ++j) {
-      uint32_t w;
-      std::memcpy(&w, row + j * 4, 4);
-      if (bits == 4) {
-        uint32_t v = 0;
-        for (int i = 0; i < 4; ++i)
-          v |= ((w >> (4 * i)) & 0xfu) << (8 * i) | ((w >> (4 * i + 16)) & 0xfu) << (8 * i + 4);
-        w = v;
+    uint8_t* panel = dst + n / 16 * l.panel_bytes;
+    for (int64_t g = 0; g < groups; ++g) {
+      uint8_t* lane = panel + l.codes_at(g) + n % 16 * 4;
+      for (int64_t j = 0; j < steps; ++j) {
+        uint32_t w;
+        std::memcpy(&w, row + (g * steps + j) * 4, 4);
+        if (bits == 4) {
+          uint32_t v = 0;
+          for (int i = 0; i < 4; ++i)
+            v |= ((w >> (4 * i)) & 0xfu) << (8 * i) | ((w >> (4 * i + 16)) & 0xfu) << (8 * i + 4);
+          w = v;
+        }
+        std::memcpy(lane + j * 64, &w, 4);
       }
-      std::memcpy(lane + j * 64, &w, 4);
-    }
-  }
-  // Parameters: [N, groups] -> [P, groups, 16].
-  const size_t es = dtype_size(q.scales.dtype());
-  for (Tensor* t : {&out.scales, &out.biases}) {
-    if (!t->defined()) continue;
-    const Tensor src = *t;
-    *t = Tensor::zeros({P, groups, 16}, src.dtype());
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t g = 0; g < groups; ++g) {
-        std::memcpy(static_cast<uint8_t*>(t->raw()) + panel_param_index(n, g, groups) * es,
-                    static_cast<const uint8_t*>(src.raw()) + (n * groups + g) * es, es);
-      }
+      uint8_t* params = panel + l.params_at(g) + n % 16 * es;
+      const size_t at = static_cast<size_t>(n * groups + g) * es;
+      std::memcpy(params, static_cast<const uint8_t*>(q.scales.raw()) + at, es);
+      if (out.param_biases) std::memcpy(params + 16 * es, static_cast<const uint8_t*>(q.biases.raw()) + at, es);
     }
   }
   return out;

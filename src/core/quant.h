@@ -12,6 +12,7 @@
 //   carries its own). See docs/gguf.md.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -38,12 +39,18 @@ enum class QuantFormat : uint8_t {
 enum class AffineLayout : uint8_t {
   kRows,  // as MLX stores them: packed [N, K * bits / 32] u32, scales and biases [N, groups]
   // Rows interleaved in panels of 16 (4 and 8 bits), the layout of the CPU's int8 dot-product
-  // kernels, made at load (affine_to_panels): packed [P, K * bits / 8 * 16] u8, P = ceil(N / 16),
-  // the last panel's extra lanes zero. Panel p is a run of 64-byte steps; step j gives lane r
-  // (row 16p + r) 4 bytes: 8 bits: the codes of elements 4j .. 4j + 3; 4 bits: byte i holds
-  // element 8j + i in its low and 8j + 4 + i in its high nibble. One step of a vector dot
-  // therefore meets 4 (or 2 x 4) consecutive x values, broadcast to every lane, and all 16
-  // lanes stay in one group. scales, biases: [P, groups, 16], zero in the extra lanes.
+  // kernels, made at load (affine_to_panels). packed [P, panel_bytes] u8, P = ceil(N / 16), the
+  // last panel's extra lanes zero; scales and biases live in it too (the tensors are undefined).
+  // A panel is its groups in order, each group's codes followed by its parameters, so that a
+  // decode thread reads one ascending stream (separate parameter arrays were two more streams
+  // per thread, and cost up to a quarter of the read rate; bench/RESULTS.md, 2026-12-05).
+  // A group's codes are 64-byte steps: step j gives lane r (row 16p + r) 4 bytes: 8 bits: the
+  // codes of elements 4j .. 4j + 3; 4 bits: byte i holds element 8j + i in its low and
+  // 8j + 4 + i in its high nibble. One step of a vector dot therefore meets 4 (or 2 x 4)
+  // consecutive x values, broadcast to every lane. Its parameters are 16 scales, then 16 biases
+  // (none for symmetric codes), of param_type: 32, 64 or 128 bytes. Where they are 32 (16-bit
+  // symmetric), groups go in pairs, codes then parameters, so every run stays whole 64-byte
+  // lines (PanelLayout).
   kPanels16,
 };
 
@@ -54,11 +61,16 @@ struct QuantizedMatrix {
   GgmlType ggml_type = GgmlType::kQ8_0;       // kGgml
   int64_t rows = 0, cols = 0;                 // the logical [N, K]
   Tensor packed;                              // kAffine: [N, K * bits / 32] u32; kGgml: [N, row_bytes] u8
-  Tensor scales, biases;                      // kAffine: [N, K / group_size], one float dtype
+  Tensor scales, biases;                      // kAffine: [N, K / group_size], one float dtype (kRows)
+  DType param_type = DType::kF32;             // kPanels16: the dtype of the scales and biases in packed
+  bool param_biases = true;                   // kPanels16: whether packed holds biases
   bool defined() const { return packed.defined(); }
   bool is_ggml() const { return format == QuantFormat::kGgml; }
   // kAffine without biases (ggml_type names the GGUF type it came from).
-  bool symmetric() const { return format == QuantFormat::kAffine && packed.defined() && !biases.defined(); }
+  bool symmetric() const {
+    return format == QuantFormat::kAffine && packed.defined() &&
+           (layout == AffineLayout::kPanels16 ? !param_biases : !biases.defined());
+  }
   size_t nbytes() const {
     return (packed.defined() ? packed.nbytes() : 0) + (scales.defined() ? scales.nbytes() : 0) +
            (biases.defined() ? biases.nbytes() : 0);
@@ -78,14 +90,37 @@ QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q);
 
 // The same matrix in AffineLayout::kPanels16 (a copy; bits 4 or 8, kRows layout in).
 QuantizedMatrix affine_to_panels(const QuantizedMatrix& q);
-// kPanels16 addressing: the code of element (n, k) and the index of (n, group g) in scales.
-inline uint32_t panel_code(const uint8_t* panels, int64_t K, int bits, int64_t n, int64_t k) {
-  const int64_t lane = n % 16, per_step = bits == 8 ? 4 : 8, step = (n / 16) * (K / per_step) + k / per_step;
-  const int64_t e = k % per_step;
-  const uint8_t byte = panels[step * 64 + lane * 4 + e % 4];
-  return bits == 8 ? byte : (e < 4 ? byte & 0x0fu : byte >> 4);
+
+// Where the groups of a kPanels16 panel lie: byte offsets from the panel's start.
+struct PanelLayout {
+  int64_t groups = 0;       // per row
+  int64_t code_bytes = 0;   // one group's codes: group_size * bits / 8 * 16
+  int64_t param_bytes = 0;  // one group's scales and biases: 16 * param_size * (1 or 2)
+  int64_t param_size = 0;   // bytes of one scale (2 or 4)
+  int64_t unit = 1;         // groups whose codes go before their parameters: 2 where param_bytes is 32
+  int64_t unit_bytes = 0;   // a whole unit
+  int64_t panel_bytes = 0;  // a panel: its units, the last one possibly short, rounded up to 64 bytes
+  bool biases = true;
+  int64_t codes_at(int64_t g) const { return g / unit * unit_bytes + g % unit * code_bytes; }
+  // The group's 16 scales; its biases follow them.
+  int64_t params_at(int64_t g) const {
+    const int64_t u = g / unit;
+    return u * unit_bytes + std::min(unit, groups - u * unit) * code_bytes + g % unit * param_bytes;
+  }
+};
+PanelLayout panel_layout(int64_t K, int bits, int group_size, DType param_type, bool biases);
+inline PanelLayout panel_layout(const QuantizedMatrix& q) {
+  return panel_layout(q.cols, q.spec.bits, q.spec.group_size, q.param_type, q.param_biases);
 }
-inline int64_t panel_param_index(int64_t n, int64_t g, int64_t groups) { return ((n / 16) * groups + g) * 16 + n % 16; }
+// kPanels16 addressing: the code of element (n, k), and the scale (bias: which = 1) of row n's
+// group g as f32.
+inline uint32_t panel_code(const uint8_t* panels, const PanelLayout& l, int bits, int group_size, int64_t n,
+                           int64_t k) {
+  const int64_t per_step = bits == 8 ? 4 : 8, g = k / group_size, e = k % group_size;
+  const uint8_t byte = panels[n / 16 * l.panel_bytes + l.codes_at(g) + e / per_step * 64 + n % 16 * 4 + e % 4];
+  return bits == 8 ? byte : (e % per_step < 4 ? byte & 0x0fu : byte >> 4);
+}
+float panel_param(const uint8_t* panels, const PanelLayout& l, DType param_type, int64_t n, int64_t g, int which);
 
 // The reference codec, one row at a time (K a multiple of group_size).
 // MLX's quantizer: per group, the scale spans [min, max] over 2^bits - 1 steps, anchored so

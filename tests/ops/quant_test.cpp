@@ -98,21 +98,32 @@ TEST(AffineQuant, BadSpecsAreRefused) {
 // Every ISA and both paths (decode T <= 4, prefill tiles) against the scalar reference.
 // Panels hold the same values: dequantizing either layout gives the same matrix, for any N
 // (the last panel is padded) and with or without biases.
+// Each group's codes are followed by its parameters; 16-bit symmetric groups go in pairs, and
+// K = 288 in groups of 32 (9 groups) leaves a last pair of one.
 TEST(AffineQuant, PanelsHoldTheSameMatrix) {
   for (int64_t N : {1, 16, 45})
-    for (const QuantSpec& spec : {QuantSpec{4, 32}, QuantSpec{4, 128}, QuantSpec{8, 64}}) {
-      const int64_t K = 256;
-      const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 7, 0.05f);
-      QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, DType::kBF16);
-      for (bool symmetric : {false, true}) {
-        if (symmetric) q.biases = Tensor();
-        const QuantizedMatrix p = affine_to_panels(q);
-        EXPECT_EQ(p.layout, AffineLayout::kPanels16);
-        EXPECT_EQ(p.symmetric(), symmetric);
-        const Tensor a = affine_dequantize(q), b = affine_dequantize(p);
-        for (int64_t i = 0; i < N * K; ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
-      }
-    }
+    for (const QuantSpec& spec : {QuantSpec{4, 32}, QuantSpec{4, 128}, QuantSpec{8, 64}, QuantSpec{8, 32}})
+      for (int64_t K : {256, 288})
+        for (DType st : {DType::kBF16, DType::kF16, DType::kF32}) {
+          if (K % spec.group_size != 0) continue;
+          const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 7, 0.05f);
+          QuantizedMatrix q = affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st);
+          for (bool symmetric : {false, true}) {
+            if (symmetric) q.biases = Tensor();
+            const QuantizedMatrix p = affine_to_panels(q);
+            EXPECT_EQ(p.layout, AffineLayout::kPanels16);
+            EXPECT_EQ(p.symmetric(), symmetric);
+            EXPECT_FALSE(p.scales.defined() || p.biases.defined());
+            const PanelLayout l = panel_layout(p);
+            EXPECT_EQ(p.packed.shape(), Shape({(N + 15) / 16, l.panel_bytes}));
+            EXPECT_EQ(l.panel_bytes % 64, 0);
+            // One panel's bytes: its codes and parameters, rounded up to whole lines.
+            const int64_t params = (symmetric ? 1 : 2) * 16 * static_cast<int64_t>(dtype_size(st));
+            EXPECT_EQ(l.panel_bytes, (K * spec.bits / 8 * 16 + K / spec.group_size * params + 63) / 64 * 64);
+            const Tensor a = affine_dequantize(q), b = affine_dequantize(p);
+            for (int64_t i = 0; i < N * K; ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+          }
+        }
   const std::vector<float> wf = random_floats(64 * 96, 3);
   const QuantizedMatrix three = affine_quantize(Tensor::from_f32({64, 96}, wf.data()), {3, 32}, DType::kF32);
   EXPECT_THROW(affine_to_panels(three), InputError);
@@ -132,15 +143,7 @@ TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
         // on VNNI machines), through the scalar reference and the integer kernels.
         const bool has_panels = spec.bits == 4 || spec.bits == 8;
         const QuantizedMatrix qp = has_panels ? affine_to_panels(q) : QuantizedMatrix{};
-        const cpu::AffineMatrix mp{has_panels ? static_cast<const uint32_t*>(qp.packed.raw()) : nullptr,
-                                   has_panels ? qp.scales.raw() : nullptr,
-                                   has_panels ? qp.biases.raw() : nullptr,
-                                   st,
-                                   spec.bits,
-                                   spec.group_size,
-                                   N,
-                                   K,
-                                   true};
+        const cpu::AffineMatrix mp = has_panels ? affine_args(qp) : cpu::AffineMatrix{};
         const std::vector<float> bias = random_floats(static_cast<size_t>(N), 5);
         const Tensor biases_f32 = q.biases.to(DType::kF32);
         const std::vector<float> biases(biases_f32.data<float>(), biases_f32.data<float>() + biases_f32.numel());

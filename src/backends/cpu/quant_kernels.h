@@ -14,8 +14,8 @@ namespace hearth::cpu {
 // One quantized matrix as raw pointers: packed [N, K * bits / 32] u32, scales and biases
 // [N, K / group_size] of scale_type. Null biases: symmetric codes, w = scale * (q - 2^(bits-1))
 // (GGUF Q4_0/Q8_0 as loaded).
-// panels: AffineLayout::kPanels16 (core/quant.h): packed is then the panels' bytes and
-// scales/biases [ceil(N / 16), groups, 16].
+// panels: AffineLayout::kPanels16 (core/quant.h): packed is then the panels' bytes, codes and
+// parameters interleaved group by group as `panel` places them; scales and biases are null.
 using AffineMatrix = hearth::AffineArgs;  // core/affine_args.h
 
 // x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias. 4- and 8-bit rows

@@ -33,11 +33,16 @@ float scale_at(const void* p, DType t, int64_t i) {
 
 void row_params(const AffineMatrix& w, int64_t n, float* s, float* b) {
   const int64_t groups = w.K / w.group_size;
+  const auto* panels = reinterpret_cast<const uint8_t*>(w.packed);
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t at = w.panels ? panel_param_index(n, g, groups) : n * groups + g;
-    s[g] = scale_at(w.scales, w.scale_type, at);
+    const int64_t at = n * groups + g;
+    s[g] = w.panels ? panel_param(panels, w.panel, w.scale_type, n, g, 0) : scale_at(w.scales, w.scale_type, at);
     // Without biases the codes are symmetric around 2^(bits-1) (GGUF Q4_0/Q8_0 as loaded).
-    b[g] = w.biases != nullptr ? scale_at(w.biases, w.scale_type, at) : -static_cast<float>(1 << (w.bits - 1)) * s[g];
+    if (!w.has_biases()) {
+      b[g] = -static_cast<float>(1 << (w.bits - 1)) * s[g];
+    } else {
+      b[g] = w.panels ? panel_param(panels, w.panel, w.scale_type, n, g, 1) : scale_at(w.biases, w.scale_type, at);
+    }
   }
 }
 
@@ -50,7 +55,7 @@ void dequantize_row(const AffineMatrix& w, int64_t n, float* s, float* b, float*
   const auto* panels = reinterpret_cast<const uint8_t*>(w.packed);
   for (int64_t k = 0; k < w.K; ++k) {
     const int64_t g = k / w.group_size;
-    out[k] = s[g] * static_cast<float>(panel_code(panels, w.K, w.bits, n, k)) + b[g];
+    out[k] = s[g] * static_cast<float>(panel_code(panels, w.panel, w.bits, w.group_size, n, k)) + b[g];
   }
 }
 
