@@ -165,23 +165,12 @@ __device__ __forceinline__ void matvec_dp4a_rows(const QuantLaunch& L, const Pre
   const uint4* row = L.codes[j] + n * vecs;
   const S* scales = static_cast<const S*>(L.scales[j]) + n * G;
   const S* biases = L.biases[j] != nullptr ? static_cast<const S*>(L.biases[j]) + n * G : nullptr;
-  // The heads of the row's codes, scales and biases into L2 while the previous kernel finishes.
-  if (valid) {
-    prefetch_row_head(row, vecs * 16LL, lane);
-    prefetch_row_head(scales, G * static_cast<int64_t>(sizeof(S)), lane);
-    if (biases != nullptr) prefetch_row_head(biases, G * static_cast<int64_t>(sizeof(S)), lane);
-  }
-  wait_for_previous(__func__);
-  if (!valid) return;
   const float zero_point = -static_cast<float>(1 << (kBits - 1));
-  float acc[kT];
-#pragma unroll
-  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
-  for (uint32_t v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
-    uint4 raw[kUnroll];
-    // Each load's scale and bias term (the group's bias added once, with its first 16 bytes),
-    // loaded before any dot so that they are in flight with the codes.
-    float scale[kUnroll], bias[kUnroll];
+  // A round's codes into raw, and each load's scale and bias term (the group's bias added once,
+  // with its first 16 bytes), loaded together so that they are in flight with the codes.
+  uint4 raw[kUnroll];
+  float scale[kUnroll], bias[kUnroll];
+  auto load_round = [&](uint32_t v0) {
     if constexpr (kShared) {
       const uint32_t mine = ((v0 - lane) >> kShift) + (4 >> kShift) * lane;
       const uint2 scale_bits = load_round_params<S, kShift>(scales, mine, G);
@@ -205,6 +194,17 @@ __device__ __forceinline__ void matvec_dp4a_rows(const QuantLaunch& L, const Pre
         bias[u] = !first_of_group ? 0.0f : biases != nullptr ? widen(__ldg(biases + g)) : zero_point * scale[u];
       }
     }
+  };
+  // The row's first round into registers while the previous kernel finishes (no kernel writes
+  // the weights): for K = 4096 at 4 bits, the whole row.
+  if (valid) load_round(lane);
+  wait_for_previous(__func__);
+  if (!valid) return;
+  float acc[kT];
+#pragma unroll
+  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+  for (uint32_t v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
+    if (v0 != static_cast<uint32_t>(lane)) load_round(v0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t v = v0 + 32 * u;

@@ -89,11 +89,24 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) matvec_mma_kernel(QuantLaun
   const uint4* codes[2] = {L.codes[j] + rows[0] * vecs + t, L.codes[j] + rows[1] * vecs + t};
   const S* scales = static_cast<const S*>(L.scales[j]);
   const S* biases = static_cast<const S*>(L.biases[j]);
-  // The warp's first chunk into L2 while the previous kernel finishes: 256 bytes of each row,
-  // lanes t = 0, 1 row g, lanes 2, 3 row g + 8.
-  if (static_cast<uint32_t>(warp) < chunks) {
-    prefetch_line(reinterpret_cast<uintptr_t>((t < 2 ? codes[0] : codes[1]) - t + warp * 16 + 8 * (t % 2)));
-  }
+  // A chunk's codes and its groups' parameters, two rows a lane.
+  uint4 w[2][4];
+  uint4 sc[2][2] = {}, bi[2][2] = {};
+  auto load_chunk = [&](uint32_t c) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      w[0][s] = load_stream(codes[0] + (c * 4 + s) * 4);
+      w[1][s] = load_stream(codes[1] + (c * 4 + s) * 4);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      load_group_params<kGroups>(scales + rows[r] * G + c * kGroups, sc[r]);
+      if (biases != nullptr) load_group_params<kGroups>(biases + rows[r] * G + c * kGroups, bi[r]);
+    }
+  };
+  // The warp's first chunk into registers while the previous kernel finishes (no kernel writes
+  // the weights): for K = 4096, all the warp has to read.
+  if (static_cast<uint32_t>(warp) < chunks) load_chunk(warp);
   wait_for_previous(__func__);
   const float zero_point = -static_cast<float>(1 << (kBits - 1));
   // The part of lane t's own codes, and whether its B column (g) is its part's: token g / kParts.
@@ -105,18 +118,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) matvec_mma_kernel(QuantLaun
     for (int i = 0; i < kLaneTokens; ++i) acc[p][i][0] = acc[p][i][1] = 0.0f;
   }
   for (uint32_t c = warp; c < chunks; c += kMmaWarps) {
-    uint4 w[2][4];
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      w[0][s] = load_stream(codes[0] + (c * 4 + s) * 4);
-      w[1][s] = load_stream(codes[1] + (c * 4 + s) * 4);
-    }
-    uint4 sc[2][2] = {}, bi[2][2] = {};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      load_group_params<kGroups>(scales + rows[r] * G + c * kGroups, sc[r]);
-      if (biases != nullptr) load_group_params<kGroups>(biases + rows[r] * G + c * kGroups, bi[r]);
-    }
+    if (c != static_cast<uint32_t>(warp)) load_chunk(c);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const uint32_t k0 = (c * 4 + s) * kSegK;
