@@ -8,8 +8,11 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,7 @@
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
+#include "backends/cuda/timeline.cuh"
 #include "base/error.h"
 #include "core/device_memory.h"
 #include "core/ggml_blocks.h"
@@ -30,6 +34,50 @@ namespace {
 
 using cpu::Isa;
 using namespace gpu_test;
+
+// The timeline's report (host code: runs without a GPU) splits records into launches where the
+// kernel changes or a block repeats, takes back a late block of the launch before, and gives
+// each launch the time to the next one's release.
+TEST(CudaTimeline, ReportSplitsRecordsIntoLaunches) {
+  static const char a = 0, b = 0;  // two kernels' name addresses (not device memory: named by address)
+  auto record = [](const char* kernel, uint32_t block, uint32_t blocks, uint64_t arrived, uint64_t released) {
+    cuda::TimelineRecord r{arrived, released, kernel, block, blocks, 0, 0};
+    r.check = cuda::timeline_check(r);
+    return r;
+  };
+  const std::vector<cuda::TimelineRecord> records = {
+      record(&a, 0, 2, 1000, 2000), record(&a, 1, 2, 1100, 2100),  // launch 0: a, 2 blocks
+      record(&b, 0, 3, 2500, 5000), record(&b, 2, 3, 2600, 5100),  // launch 1: b, 3 blocks
+      record(&a, 0, 2, 2700, 9000),                                // launch 2: a again
+      record(&b, 1, 3, 2800, 5200),                                // a late block of launch 1
+      record(&a, 1, 2, 2900, 9500),
+  };
+  const std::string path = (std::filesystem::path(testing::TempDir()) / "timeline.txt").string();
+  cuda::timeline_report(records, path);
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') {
+      if (line.rfind("# path by kernel", 0) == 0) break;
+      continue;
+    }
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (!w.empty() && w[0] != "#") rows.push_back(w);
+  }
+  // # kernel blocks recorded arrive release last path, times in us from the first release.
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0][2], "2");
+  EXPECT_EQ(rows[1][2], "3");
+  EXPECT_EQ(rows[1][3], "3");  // the late block came back to it
+  EXPECT_EQ(rows[2][3], "2");
+  EXPECT_EQ(rows[0][5], "0.00");
+  EXPECT_EQ(rows[0][7], "3.00");  // 5000 - 2000 ns
+  EXPECT_EQ(rows[1][6], "3.20");  // its last release, 5200
+  EXPECT_EQ(rows[1][7], "4.00");  // 9000 - 5000
+  std::filesystem::remove(path);
+}
 
 TEST(CudaMemory, RoundTripsZeroesAndReusesBlocks) {
   SKIP_WITHOUT_GPU();

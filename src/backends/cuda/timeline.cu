@@ -57,6 +57,7 @@ std::string kernel_name(const char* device_address, std::map<const char*, std::s
 
 struct Launch {
   std::string name;
+  const char* kernel = nullptr;
   uint32_t blocks = 0;
   size_t recorded = 0;
   uint64_t arrive = UINT64_MAX, release = UINT64_MAX, last = 0;
@@ -67,17 +68,25 @@ struct Launch {
 void timeline_report(const std::vector<TimelineRecord>& records, const std::string& path) {
   std::map<const char*, std::string> names;
   std::vector<Launch> launches;
-  std::vector<bool> seen;
-  const char* current = nullptr;
+  std::vector<std::vector<bool>> seen;  // per launch: which of its blocks have a record
+  // A block of launch i may still arrive after the first blocks of launch i + 1 (a late wave, or
+  // timers read a little apart): a record goes back to the launch before the last when that one
+  // is of its kernel and lacks its block.
+  auto belongs = [&](size_t i, const TimelineRecord& r) {
+    return launches[i].kernel == r.kernel && launches[i].blocks == r.blocks && r.block < r.blocks && !seen[i][r.block];
+  };
   for (const TimelineRecord& r : records) {
-    if (launches.empty() || r.kernel != current || r.blocks != launches.back().blocks ||
-        (r.block < seen.size() && seen[r.block])) {
-      launches.push_back({kernel_name(r.kernel, names), r.blocks});
-      seen.assign(r.blocks, false);
-      current = r.kernel;
+    size_t i = launches.size();
+    if (!launches.empty() && belongs(launches.size() - 1, r)) {
+      i = launches.size() - 1;
+    } else if (launches.size() >= 2 && belongs(launches.size() - 2, r)) {
+      i = launches.size() - 2;
+    } else {
+      launches.push_back({kernel_name(r.kernel, names), r.kernel, r.blocks});
+      seen.emplace_back(r.blocks, false);
     }
-    Launch& l = launches.back();
-    if (r.block < seen.size()) seen[r.block] = true;
+    Launch& l = launches[i];
+    if (r.block < r.blocks) seen[i][r.block] = true;
     ++l.recorded;
     l.arrive = std::min(l.arrive, r.arrived);
     l.release = std::min(l.release, r.released);
@@ -98,7 +107,9 @@ void timeline_report(const std::vector<TimelineRecord>& records, const std::stri
   std::map<std::string, std::pair<int, double>> by_name;
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
-    const double path = i + 1 < launches.size() ? (launches[i + 1].release - l.release) / 1e3 : 0.0;
+    const double path = i + 1 < launches.size()
+                            ? (static_cast<double>(launches[i + 1].release) - static_cast<double>(l.release)) / 1e3
+                            : 0.0;
     auto& [count, sum] = by_name[l.name];
     ++count;
     sum += path;
