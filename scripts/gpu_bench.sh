@@ -45,6 +45,13 @@ models_or_default() {
   if [ $# -gt 0 ]; then printf '%s\n' "$@"; else printf '%s\n' /tmp/l8q4 /tmp/l8; fi
 }
 
+# The carried tarball NAME.tar.xz (made here by `$0 HOW`), unpacked afresh into NAME/.
+unpack_carried() {
+  local name=$1 how=$2
+  [ -f "$name.tar.xz" ] || { echo "$name.tar.xz missing: run '$0 $how' here and carry it" >&2; exit 1; }
+  rm -rf "$name" && mkdir "$name" && tar -xJf "$name.tar.xz" -C "$name"
+}
+
 there() {
   eval "$(bash scripts/gpu_test.sh env)"
   [ -x "$pack/hearth" ] || { echo "$pack/hearth missing: carry .gpu-pack.tar.xz" >&2; exit 1; }
@@ -75,8 +82,7 @@ case "${1:-}" in
   timeline)
     there
     shift
-    [ -f .gpu-timeline.tar.xz ] || { echo ".gpu-timeline.tar.xz missing: run '$0 timeline-pack' here and carry it" >&2; exit 1; }
-    rm -rf .gpu-timeline && mkdir .gpu-timeline && tar -xJf .gpu-timeline.tar.xz -C .gpu-timeline
+    unpack_carried .gpu-timeline timeline-pack
     mapfile -t models < <(models_or_default "$@")
     for model in "${models[@]}"; do
       report=${TIMELINE_DIR:-.}/timeline-$(basename "$model").txt
@@ -108,8 +114,7 @@ case "${1:-}" in
   ab)
     there
     shift
-    [ -f .gpu-base.tar.xz ] || { echo ".gpu-base.tar.xz missing: run '$0 base REV' here and carry it" >&2; exit 1; }
-    rm -rf .gpu-base && mkdir .gpu-base && tar -xJf .gpu-base.tar.xz -C .gpu-base
+    unpack_carried .gpu-base "base REV"
     mapfile -t models < <(models_or_default "$@")
     for round in 1 2; do
       for model in "${models[@]}"; do
