@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/timeline.cuh"
 #include "base/knobs.h"
+#include "base/mapped_file.h"
 
 namespace hearth::cuda {
 namespace {
@@ -92,18 +93,19 @@ void timeline_report(const std::vector<TimelineRecord>& records, const std::stri
     l.release = std::min(l.release, r.released);
     l.last = std::max(l.last, r.released);
   }
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) {
-    std::fprintf(stderr, "timeline: cannot write %s\n", path.c_str());
-    return;
-  }
+  std::string report;
+  auto print = [&report](const char* fmt, auto... args) {
+    char line[256];
+    std::snprintf(line, sizeof line, fmt, args...);
+    report += line;
+  };
   const uint64_t t0 = launches.empty() ? 0 : launches.front().release;
   const double span = launches.empty() ? 0.0 : (launches.back().last - t0) / 1e3;
-  std::fprintf(f, "# in-graph timeline of replay %llu of a decode graph: %zu launches, %zu block records, %.1f us\n",
-               static_cast<unsigned long long>(kRecordedReplay), launches.size(), records.size(), span);
-  std::fprintf(f, "# times in us from the first release; path = next release - this release\n");
-  std::fprintf(f, "%5s %-40s %7s %8s %9s %9s %9s %7s\n", "#", "kernel", "blocks", "recorded", "arrive", "release",
-               "last", "path");
+  print("# in-graph timeline of replay %llu of a decode graph: %zu launches, %zu block records, %.1f us\n",
+        static_cast<unsigned long long>(kRecordedReplay), launches.size(), records.size(), span);
+  print("# times in us from the first release; path = next release - this release\n");
+  print("%5s %-40s %7s %8s %9s %9s %9s %7s\n", "#", "kernel", "blocks", "recorded", "arrive", "release", "last",
+        "path");
   std::map<std::string, std::pair<int, double>> by_name;
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
@@ -113,19 +115,19 @@ void timeline_report(const std::vector<TimelineRecord>& records, const std::stri
     auto& [count, sum] = by_name[l.name];
     ++count;
     sum += path;
-    std::fprintf(f, "%5zu %-40.40s %7u %8zu %9.2f %9.2f %9.2f %7.2f\n", i, l.name.c_str(), l.blocks, l.recorded,
-                 (static_cast<double>(l.arrive) - t0) / 1e3, (static_cast<double>(l.release) - t0) / 1e3,
-                 (static_cast<double>(l.last) - t0) / 1e3, path);
+    print("%5zu %-40.40s %7u %8zu %9.2f %9.2f %9.2f %7.2f\n", i, l.name.c_str(), l.blocks, l.recorded,
+          (static_cast<double>(l.arrive) - t0) / 1e3, (static_cast<double>(l.release) - t0) / 1e3,
+          (static_cast<double>(l.last) - t0) / 1e3, path);
   }
-  std::fprintf(f, "\n# path by kernel\n%-40s %8s %10s %8s %6s\n", "kernel", "launches", "path us", "mean", "share");
+  print("\n# path by kernel\n%-40s %8s %10s %8s %6s\n", "kernel", "launches", "path us", "mean", "share");
   std::vector<std::pair<std::string, std::pair<int, double>>> sorted(by_name.begin(), by_name.end());
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
   for (const auto& [name, stat] : sorted) {
-    std::fprintf(f, "%-40.40s %8d %10.1f %8.2f %5.1f%%\n", name.c_str(), stat.first, stat.second,
-                 stat.second / stat.first, span > 0 ? 100.0 * stat.second / span : 0.0);
+    print("%-40.40s %8d %10.1f %8.2f %5.1f%%\n", name.c_str(), stat.first, stat.second, stat.second / stat.first,
+          span > 0 ? 100.0 * stat.second / span : 0.0);
   }
-  std::fclose(f);
+  write_file_atomic(path, report);
   std::fprintf(stderr, "timeline: %zu launches, %.1f us, written to %s\n", launches.size(), span, path.c_str());
 }
 
