@@ -118,6 +118,54 @@ __attribute__((always_inline)) inline void for_each_group(const uint8_t* panel, 
   }
 }
 
+// The same walk over a panel whose group sizes are known at compile time (kCodeBytes, kParamBytes;
+// the unit as PanelLayout makes it): no run-time strides at all.
+template <int64_t kCodeBytes, int64_t kParamBytes, typename Visit>
+__attribute__((always_inline)) inline void for_each_group_fixed(const uint8_t* panel, int64_t groups,
+                                                                const Visit& visit) {
+  constexpr int64_t kUnit = kParamBytes < 64 ? 64 / kParamBytes : 1;
+  const uint8_t* unit = panel;
+  int64_t g = 0;
+  for (; g + kUnit <= groups; g += kUnit, unit += kUnit * (kCodeBytes + kParamBytes)) {
+    for (int64_t i = 0; i < kUnit; ++i)
+      visit(g + i, unit + i * kCodeBytes, unit + kUnit * kCodeBytes + i * kParamBytes);
+  }
+  for (int64_t i = 0, n = groups - g; i < n; ++i)
+    visit(g + i, unit + i * kCodeBytes, unit + n * kCodeBytes + i * kParamBytes);
+}
+
+// The parameter formats that one-row decode knows at compile time (MLX bf16 or f16 scales and
+// biases; GGUF Q4_0/Q8_0's f16 scales alone), so that its group loop has no branches on them:
+// GGUF Q4_0's groups of 32 lost ~10% of their stream to those branches. Others: kRuntime.
+enum class ParamKind { kRuntime, kBf16, kF16, kF16Symmetric };
+
+ParamKind param_kind(const AffineMatrix& w) {
+  if (w.scale_type == DType::kBF16 && w.panel.biases) return ParamKind::kBf16;
+  if (w.scale_type == DType::kF16) return w.panel.biases ? ParamKind::kF16 : ParamKind::kF16Symmetric;
+  return ParamKind::kRuntime;
+}
+
+constexpr int64_t param_bytes_of(ParamKind k) { return k == ParamKind::kF16Symmetric ? 32 : 64; }
+
+// A group's 16 scales and biases as f32.
+template <ParamKind kKind, int kBits>
+HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params, __m512& scale, __m512& bias) {
+  const auto* h = reinterpret_cast<const uint16_t*>(params);
+  if constexpr (kKind == ParamKind::kRuntime) {
+    scale = load_scales(params, w.scale_type);
+    bias = load_biases<kBits>(w, scale, params);
+  } else if constexpr (kKind == ParamKind::kBf16) {
+    scale = simd::load16_bf16(h, 0xffff);
+    bias = simd::load16_bf16(h + 16, 0xffff);
+  } else if constexpr (kKind == ParamKind::kF16) {
+    scale = simd::load16_f16(h, 0xffff);
+    bias = simd::load16_f16(h + 16, 0xffff);
+  } else {
+    scale = simd::load16_f16(h, 0xffff);
+    bias = _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
+  }
+}
+
 HEARTH_VNNI inline __m512i broadcast4(const int8_t* x) {
   int32_t v;
   std::memcpy(&v, x, 4);
@@ -174,7 +222,7 @@ HEARTH_VNNI inline void group_dots(const uint8_t* src, const int8_t* xq, int64_t
 }
 
 // Decode: panels p0 .. p1 against all kT rows of x, one group after another.
-template <int kBits, int kT, int kSteps>
+template <int kBits, int kT, int kSteps, ParamKind kKind>
 HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
   const AffineMatrix& w = part.w;
   constexpr int64_t kPerStep = kBits == 4 ? 8 : 4;
@@ -184,39 +232,56 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
   for (int64_t p = p0; p < p1; ++p) {
     __m512 acc[kT];
     for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
-    for_each_group(codes + p * w.panel.panel_bytes, w.panel,
-                   [&](int64_t g, const uint8_t* src, const uint8_t* params) HEARTH_VNNI {
-                     __m512i dot[kT];
-                     group_dots<kBits, kT, kSteps>(src, x.q.data() + g * kGroupSize, K, dot);
-                     const __m512 scale = load_scales(params, w.scale_type);
-                     const __m512 b = load_biases<kBits>(w, scale, params);
-                     for (int t = 0; t < kT; ++t) {
-                       const size_t tg = static_cast<size_t>(t * groups + g);
-                       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]),
-                                                _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
-                       acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
-                     }
-                   });
+    auto group = [&](int64_t g, const uint8_t* src, const uint8_t* params) HEARTH_VNNI {
+      __m512i dot[kT];
+      group_dots<kBits, kT, kSteps>(src, x.q.data() + g * kGroupSize, K, dot);
+      __m512 scale, b;
+      load_params<kKind, kBits>(w, params, scale, b);
+      for (int t = 0; t < kT; ++t) {
+        const size_t tg = static_cast<size_t>(t * groups + g);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
+        acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
+      }
+    };
+    const uint8_t* panel = codes + p * w.panel.panel_bytes;
+    if constexpr (kKind == ParamKind::kRuntime) {
+      for_each_group(panel, w.panel, group);
+    } else {
+      for_each_group_fixed<kSteps * 64, param_bytes_of(kKind)>(panel, groups, group);
+    }
     for (int t = 0; t < kT; ++t) store_rows(acc[t], part, p, t);
   }
 }
 
 // The group sizes (32, 64, 128: core/quant.cpp admits no other) as compile-time step counts.
-template <int kBits, int kT>
+template <int kBits, int kT, ParamKind kKind = ParamKind::kRuntime>
 void decode_sized(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
   constexpr int kPerStep = kBits == 4 ? 8 : 4;
   switch (x.group_size) {
-    case 32: decode_panels<kBits, kT, 32 / kPerStep>(x, part, p0, p1); break;
-    case 64: decode_panels<kBits, kT, 64 / kPerStep>(x, part, p0, p1); break;
-    case 128: decode_panels<kBits, kT, 128 / kPerStep>(x, part, p0, p1); break;
+    case 32: decode_panels<kBits, kT, 32 / kPerStep, kKind>(x, part, p0, p1); break;
+    case 64: decode_panels<kBits, kT, 64 / kPerStep, kKind>(x, part, p0, p1); break;
+    case 128: decode_panels<kBits, kT, 128 / kPerStep, kKind>(x, part, p0, p1); break;
     default: HEARTH_CHECK_MSG(false, "panel decode: group size " + std::to_string(x.group_size));
+  }
+}
+
+// One row of x (decode proper) by parameter format; 2-4 rows read the format at run time.
+template <int kBits>
+void decode_one_row(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
+  const ParamKind kind = param_kind(part.w);
+  HEARTH_CHECK(kind == ParamKind::kRuntime || part.w.panel.param_bytes == param_bytes_of(kind));
+  switch (kind) {
+    case ParamKind::kBf16: decode_sized<kBits, 1, ParamKind::kBf16>(x, part, p0, p1); break;
+    case ParamKind::kF16: decode_sized<kBits, 1, ParamKind::kF16>(x, part, p0, p1); break;
+    case ParamKind::kF16Symmetric: decode_sized<kBits, 1, ParamKind::kF16Symmetric>(x, part, p0, p1); break;
+    case ParamKind::kRuntime: decode_sized<kBits, 1>(x, part, p0, p1); break;
   }
 }
 
 template <int kBits>
 void decode_any(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
   switch (x.T) {
-    case 1: decode_sized<kBits, 1>(x, part, p0, p1); break;
+    case 1: decode_one_row<kBits>(x, part, p0, p1); break;
     case 2: decode_sized<kBits, 2>(x, part, p0, p1); break;
     case 3: decode_sized<kBits, 3>(x, part, p0, p1); break;
     default: decode_sized<kBits, 4>(x, part, p0, p1); break;
@@ -227,7 +292,7 @@ void decode_any(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p
 // low nibbles (elements +0..3 of each lane) and the high nibbles (+4..7).
 template <int kBits>
 HEARTH_VNNI inline void unpack(const uint8_t* src, __m512i& lo, __m512i& hi) {
-  const __m512i v = _mm512_loadu_si512(src);
+  const __m512i v = load_once(src);
   if constexpr (kBits == 4) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     lo = _mm512_and_si512(v, low4);
