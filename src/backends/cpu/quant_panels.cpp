@@ -13,9 +13,9 @@
 // results come out as one vector: no horizontal sums, no per-lane scale shuffles.
 //
 // Decode (T <= kVnniDecodeRows): each panel is read once for all x rows, as one stream, left to
-// the hardware prefetchers. A software prefetch 4 KiB ahead (into L2; into L1 was worse) held the
-// stream to ~40 GB/s when the host reads 55-60, against ~50 without it, and gained nothing at the
-// usual ~33 (decode_stream_bench; bench/RESULTS.md, 2026-12-04, stop 26).
+// the hardware prefetchers but for the first lines of each 4 KiB page (prefetch_page_ahead).
+// Prefetching every line 4 KiB ahead (into L2; into L1 was worse) held the stream to ~40 GB/s
+// when the host reads 55-60, against ~50 without it (bench/RESULTS.md, 2026-12-04, stop 26).
 //
 // Prefill: a register tile of kR panels x kTT x rows, so each unpacked weight vector meets
 // kTT x rows; x is taken in chunks that stay in L2.
@@ -221,6 +221,21 @@ HEARTH_VNNI inline void group_dots(const uint8_t* src, const int8_t* xq, int64_t
   for (int t = 0; t < kT; ++t) dot[t] = _mm512_add_epi32(s0[t], kBits == 4 ? _mm512_srai_epi32(s1[t], 4) : s1[t]);
 }
 
+// The first lines of the 4 KiB page two pages ahead of src, once per page. The hardware's
+// stream prefetcher stops at each 4 KiB page and must see misses in the next one to start
+// again; the decode loop does so much work per line that its own misses come late, and the
+// stream stalls at every page boundary. Two lines per page: the 4-bit decode +8% (median of six
+// alternating runs; bench/RESULTS.md, 2026-12-05, stop 32). Every line prefetched at a fixed
+// distance instead lost 5-10%.
+constexpr uintptr_t kPrefetchAhead = 8192;
+HEARTH_VNNI inline void prefetch_page_ahead(const uint8_t* src, uintptr_t& last_page) {
+  const uintptr_t page = (reinterpret_cast<uintptr_t>(src) + kPrefetchAhead) & ~uintptr_t{4095};
+  if (page == last_page) return;
+  last_page = page;
+  _mm_prefetch(reinterpret_cast<const char*>(page), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(page) + 64, _MM_HINT_T0);
+}
+
 // Decode: panels p0 .. p1 against all kT rows of x, one group after another.
 template <int kBits, int kT, int kSteps, ParamKind kKind>
 HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
@@ -229,11 +244,13 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
   constexpr int64_t kGroupSize = kSteps * kPerStep;
   const int64_t K = x.K, groups = x.groups;
   const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
+  uintptr_t last_page = 0;
   for (int64_t p = p0; p < p1; ++p) {
     __m512 acc[kT];
     for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
     auto group = [&](int64_t g, const uint8_t* src, const uint8_t* params) HEARTH_VNNI {
       __m512i dot[kT];
+      prefetch_page_ahead(src, last_page);
       group_dots<kBits, kT, kSteps>(src, x.q.data() + g * kGroupSize, K, dot);
       __m512 scale, b;
       load_params<kKind, kBits>(w, params, scale, b);
