@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/page_prefetch.h"
 #include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/quant_kernels.h"
 #include "backends/cpu/simd.h"
@@ -219,21 +220,6 @@ HEARTH_VNNI inline void group_dots(const uint8_t* src, const int8_t* xq, int64_t
     }
   }
   for (int t = 0; t < kT; ++t) dot[t] = _mm512_add_epi32(s0[t], kBits == 4 ? _mm512_srai_epi32(s1[t], 4) : s1[t]);
-}
-
-// The first lines of the 4 KiB page two pages ahead of src, once per page. The hardware's
-// stream prefetcher stops at each 4 KiB page and must see misses in the next one to start
-// again; the decode loop does so much work per line that its own misses come late, and the
-// stream stalls at every page boundary. Two lines per page: the 4-bit decode +8% (median of six
-// alternating runs; bench/RESULTS.md, 2026-12-05, stop 32). Every line prefetched at a fixed
-// distance instead lost 5-10%.
-constexpr uintptr_t kPrefetchAhead = 8192;
-HEARTH_VNNI inline void prefetch_page_ahead(const uint8_t* src, uintptr_t& last_page) {
-  const uintptr_t page = (reinterpret_cast<uintptr_t>(src) + kPrefetchAhead) & ~uintptr_t{4095};
-  if (page == last_page) return;
-  last_page = page;
-  _mm_prefetch(reinterpret_cast<const char*>(page), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(page) + 64, _MM_HINT_T0);
 }
 
 // Decode: panels p0 .. p1 against all kT rows of x, one group after another.
