@@ -16,12 +16,17 @@ namespace hearth::cpu {
 // fixed distance lost 5-10% of the panel decode; three or more pages ahead, or four lines, less.
 constexpr uintptr_t kPagePrefetchAhead = 8192;
 
-inline void prefetch_page_ahead(const void* src, uintptr_t& last_page) {
-  const uintptr_t page = (reinterpret_cast<uintptr_t>(src) + kPagePrefetchAhead) & ~uintptr_t{4095};
+// The first two lines of the page that holds `ahead`, unless that page was the last one.
+inline void prefetch_page(const void* ahead, uintptr_t& last_page) {
+  const uintptr_t page = reinterpret_cast<uintptr_t>(ahead) & ~uintptr_t{4095};
   if (page == last_page) return;
   last_page = page;
   _mm_prefetch(reinterpret_cast<const char*>(page), _MM_HINT_T0);
   _mm_prefetch(reinterpret_cast<const char*>(page) + 64, _MM_HINT_T0);
+}
+
+inline void prefetch_page_ahead(const void* src, uintptr_t& last_page) {
+  prefetch_page(static_cast<const char*>(src) + kPagePrefetchAhead, last_page);
 }
 
 }  // namespace hearth::cpu
