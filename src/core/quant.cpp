@@ -234,7 +234,7 @@ PanelLayout panel_layout(int64_t K, int bits, int group_size, DType param_type, 
   l.param_size = static_cast<int64_t>(dtype_size(param_type));
   l.biases = biases;
   l.param_bytes = 16 * l.param_size * (biases ? 2 : 1);
-  l.unit = l.param_bytes < 64 ? 64 / l.param_bytes : 1;
+  l.unit = panel_unit(l.param_bytes);
   l.unit_bytes = l.unit * (l.code_bytes + l.param_bytes);
   const int64_t whole = l.groups / l.unit, rest = l.groups % l.unit;
   l.panel_bytes = (whole * l.unit_bytes + rest * (l.code_bytes + l.param_bytes) + 63) / 64 * 64;

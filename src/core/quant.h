@@ -108,6 +108,9 @@ struct PanelLayout {
     return u * unit_bytes + std::min(unit, groups - u * unit) * code_bytes + g % unit * param_bytes;
   }
 };
+// Groups per unit for a group's parameter bytes: pairs where they are 32, so that every run of
+// codes or parameters stays whole 64-byte lines.
+constexpr int64_t panel_unit(int64_t param_bytes) { return param_bytes < 64 ? 64 / param_bytes : 1; }
 PanelLayout panel_layout(int64_t K, int bits, int group_size, DType param_type, bool biases);
 inline PanelLayout panel_layout(const QuantizedMatrix& q) {
   return panel_layout(q.cols, q.spec.bits, q.spec.group_size, q.param_type, q.param_biases);

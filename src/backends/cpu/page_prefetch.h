@@ -7,13 +7,13 @@
 
 namespace hearth::cpu {
 
-// The first two lines of the 4 KiB page two pages ahead of src, once per page (last_page: the
-// caller's state, 0 to start). The hardware's stream prefetcher stops at each 4 KiB page and must
+// Why only at page boundaries: the hardware's stream prefetcher stops at each 4 KiB page and must
 // see misses in the next one to start again; a decode loop does so much work per line that its
 // own misses come late, and the stream stalls at every page boundary. On the 2-core EPYC: the
 // 4-bit panel decode +8%, the Q6_K LM head of a GGUF Q4_0 model +3-5% over a prefetch of every
-// block four blocks ahead (bench/RESULTS.md, 2026-12-05, stop 32). Prefetching every line at a
-// fixed distance lost 5-10% of the panel decode; three or more pages ahead, or four lines, less.
+// block four blocks ahead, the decode attention's K pass +14-30% (bench/RESULTS.md, 2026-12-05,
+// stop 32). Prefetching every line at a fixed distance lost 5-10% of the panel decode; three or
+// more pages ahead, or four lines, gained less.
 constexpr uintptr_t kPagePrefetchAhead = 8192;
 
 // The first two lines of the page that holds `ahead`, unless that page was the last one.
@@ -25,6 +25,8 @@ inline void prefetch_page(const void* ahead, uintptr_t& last_page) {
   _mm_prefetch(reinterpret_cast<const char*>(page) + 64, _MM_HINT_T0);
 }
 
+// The first two lines of the 4 KiB page kPagePrefetchAhead past src, once per page (last_page:
+// the caller's state, 0 to start), for a stream that goes on in ascending addresses.
 inline void prefetch_page_ahead(const void* src, uintptr_t& last_page) {
   prefetch_page(static_cast<const char*>(src) + kPagePrefetchAhead, last_page);
 }

@@ -94,11 +94,16 @@ HEARTH_VNNI inline __m512 load_scales(const uint8_t* params, DType t) {
   return t == DType::kBF16 ? simd::load16_bf16(h, 0xffff) : simd::load16_f16(h, 0xffff);
 }
 
+// Symmetric codes (no biases): w = s (q - 2^(bits-1)), so the bias is -2^(bits-1) s.
+template <int kBits>
+HEARTH_VNNI inline __m512 symmetric_biases(__m512 scale) {
+  return _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
+}
+
 // The 16 lanes' biases of the group, which follow its scales.
 template <int kBits>
 HEARTH_VNNI inline __m512 load_biases(const AffineMatrix& w, __m512 scale, const uint8_t* params) {
-  // Symmetric codes (no biases): w = s (q - 2^(bits-1)).
-  if (!w.panel.biases) return _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
+  if (!w.panel.biases) return symmetric_biases<kBits>(scale);
   return load_scales(params + 16 * w.panel.param_size, w.scale_type);
 }
 
@@ -119,12 +124,12 @@ __attribute__((always_inline)) inline void for_each_group(const uint8_t* panel, 
   }
 }
 
-// The same walk over a panel whose group sizes are known at compile time (kCodeBytes, kParamBytes;
-// the unit as PanelLayout makes it): no run-time strides at all.
+// The same walk over a panel whose group sizes are known at compile time (kCodeBytes, kParamBytes):
+// no run-time strides at all.
 template <int64_t kCodeBytes, int64_t kParamBytes, typename Visit>
 __attribute__((always_inline)) inline void for_each_group_fixed(const uint8_t* panel, int64_t groups,
                                                                 const Visit& visit) {
-  constexpr int64_t kUnit = kParamBytes < 64 ? 64 / kParamBytes : 1;
+  constexpr int64_t kUnit = panel_unit(kParamBytes);
   const uint8_t* unit = panel;
   int64_t g = 0;
   for (; g + kUnit <= groups; g += kUnit, unit += kUnit * (kCodeBytes + kParamBytes)) {
@@ -163,7 +168,7 @@ HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params
     bias = simd::load16_f16(h + 16, 0xffff);
   } else {
     scale = simd::load16_f16(h, 0xffff);
-    bias = _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
+    bias = symmetric_biases<kBits>(scale);
   }
 }
 
