@@ -1,11 +1,11 @@
 // Decode attention on the CPU against the memory bandwidth: one query row, Qwen3-1.7B's heads
-// (16 query heads, 8 KV heads of 128), an f16 paged cache of C positions per layer, 28 layers'
+// (16 query heads, 8 KV heads of 128), an f16 (or bf16) paged cache of C positions per layer, 28 layers'
 // caches visited in turn (past the last-level cache, as a decode step reads them). Prints GB/s of
 // K and V read per pass, the median of alternating passes, beside a plain read of the same
 // threads probed between them (the host's bandwidth drifts within seconds). With --cached, also
 // the rate of passes back to back with no probe between them, where the 28 caches stay in L2 or L3
 // if they fit: how far the kernel is from its own compute rate when the bytes are near.
-// Usage: cpu_attention_bench [--cached] [C ...]   (default 512 2048 4096)
+// Usage: cpu_attention_bench [--cached] [--kv f16|bf16] [C ...]   (default f16; 512 2048 4096)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,9 +43,12 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::vector<int64_t> contexts;
   bool cached = false;
+  DType kv = DType::kF16;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cached") == 0) {
       cached = true;
+    } else if (std::strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
+      kv = std::strcmp(argv[++i], "bf16") == 0 ? DType::kBF16 : DType::kF16;
     } else {
       contexts.push_back(std::atoll(argv[i]));
     }
@@ -60,7 +63,7 @@ int main(int argc, char** argv) {
     const int64_t blocks = (C + kBlock - 1) / kBlock;
     std::vector<ops::KvLayer> layers;
     for (int64_t l = 0; l < kLayers; ++l) {
-      layers.push_back({filled({blocks, kBlock, Hkv, Dh}, DType::kF16, 0.5f), filled({blocks, kBlock, Hkv, Dh}, DType::kF16, 0.5f)});
+      layers.push_back({filled({blocks, kBlock, Hkv, Dh}, kv, 0.5f), filled({blocks, kBlock, Hkv, Dh}, kv, 0.5f)});
     }
     std::vector<int32_t> table(static_cast<size_t>(blocks));
     for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);

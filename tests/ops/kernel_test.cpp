@@ -680,8 +680,9 @@ TEST(ops_kernel, AttentionDecodeSpans) {
   expect_simd_matches_scalar({4, 4, 64, 40, 300, {1, 1}, {650, 90}, DType::kBF16}, rng);
   // Prompts of 17 and 33 rows: a lone last row after the tiles of 16 goes as a decode row.
   expect_simd_matches_scalar({4, 2, 64, 16, 0, {17, 33}, {0, 500}, DType::kF16}, rng);
-  // Query heads in vectors of 16: the K pass position by position (groups of 2, 4, 1 and 16;
-  // spans that start mid-block under a window), then 28 and 20 heads, head by head.
+  // Query heads in vectors of 16: the K pass two positions at a time (groups of 2, 4 and 1; spans
+  // that start mid-block under a window; runs of 3 rows, an odd end), then a group of 16, 28 and
+  // 20 heads, head by head.
   expect_simd_matches_scalar({16, 8, 128, 16, 0, {1, 1}, {700, 45}, DType::kF16}, rng);
   expect_simd_matches_scalar({32, 8, 64, 16, 300, {1}, {650}, DType::kBF16}, rng);
   expect_simd_matches_scalar({16, 16, 64, 3, 0, {1}, {400}, DType::kF32}, rng);

@@ -250,10 +250,25 @@ struct RowHead {
     }
   }
 
-  // The decode K pass when Hq % 16 == 0 and kGroup query heads share each KV head: positions in
-  // memory order, and at each position every KV head's K row widened once and multiplied with
-  // its kGroup query heads (q read from L1), 16 heads' partial dots at a time, summed by one
-  // sum16 into the 16 heads' scores at that position. A block is read as one ascending run.
+  // The pages kPagePrefetchAhead past the position row at `position` (row_bytes: all heads), in a
+  // run of rows ending at run_end, followed into the next run (`next`, where the block table goes
+  // on; null at the span's end). Both decode passes read each run in ascending order.
+  static void prefetch_rows_ahead(const Elem* position, int64_t row_bytes, const char* run_end, const Elem* next,
+                                  uintptr_t& last_page) {
+    for (int64_t byte = 0; byte < row_bytes; byte += 4096) {
+      const char* ahead = reinterpret_cast<const char*>(position) + byte + kPagePrefetchAhead;
+      if (ahead >= run_end) {
+        if (next == nullptr) return;
+        ahead = reinterpret_cast<const char*>(next) + (ahead - run_end);
+      }
+      prefetch_page(ahead, last_page);
+    }
+  }
+
+  // The decode K pass when Hq % 16 == 0 and kGroup (<= 8) query heads share each KV head:
+  // positions in memory order, and at each position every KV head's K row widened once and
+  // multiplied with its kGroup query heads (q read from L1), 8 heads of two positions' partial
+  // dots at a time, summed by one sum16 into their scores. A block is read as one ascending run.
   template <int kD, int kGroup, typename ForEachBlock>
   HEARTH_AVX512 __attribute__((always_inline)) void k_pass_by_position(int64_t t, int64_t j0,
                                                                        const ForEachBlock& for_each_block,
@@ -269,33 +284,37 @@ struct RowHead {
       // goes on) past this one's end. A prefetch of the next run's whole row at each row, as
       // before, read 10-20% slower (cpu_attention_bench; bench/RESULTS.md, 2026-12-05).
       const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
-      for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t r = 0; r < rows; r += 2) {
+        // Two positions at a time (the second the first again at an odd end), 8 heads of each:
+        // each q vector loaded from L1 serves both, half the loads of q per position.
+        const bool pair = r + 1 < rows;
         const Elem* position = base + r * stride;
-        for (int64_t byte = 0; byte < row_bytes; byte += 4096) {
-          const char* ahead = reinterpret_cast<const char*>(position) + byte + kPagePrefetchAhead;
-          if (ahead >= run_end) {
-            if (next == nullptr) break;
-            ahead = reinterpret_cast<const char*>(next) + (ahead - run_end);
-          }
-          prefetch_page(ahead, last_page);
-        }
+        const Elem* second = pair ? position + stride : position;
+        prefetch_rows_ahead(position, row_bytes, run_end, next, last_page);
+        if (pair) prefetch_rows_ahead(second, row_bytes, run_end, next, last_page);
         float* dst = scores_of + (j - j0 + r) * width;
-        for (int64_t h0 = 0; h0 < a.Hq; h0 += 16) {
-          __m512 partial[16];
+        for (int64_t h0 = 0; h0 < a.Hq; h0 += 8) {
+          __m512 partial[16];  // [0, 8): the first position's heads h0 .., [8, 16): the second's
           for (int i = 0; i < 16; ++i) partial[i] = _mm512_setzero_ps();
-          for (int kv = 0; kv < 16 / kGroup; ++kv) {
-            const Elem* k = position + (h0 / kGroup + kv) * Dh;
+          for (int kv = 0; kv < 8 / kGroup; ++kv) {
+            const int64_t at = (h0 / kGroup + kv) * Dh;
             for (int i = 0; i < kD; ++i) {
-              const __m512 kvec = simd::load16<KT>(k, 16 * i, 0xffff);
+              const __m512 k0 = simd::load16<KT>(position + at, 16 * i, 0xffff);
+              const __m512 k1 = simd::load16<KT>(second + at, 16 * i, 0xffff);
               for (int g = 0; g < kGroup; ++g) {
                 const int head = kv * kGroup + g;
-                partial[head] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (h0 + head) * Dh + 16 * i), kvec, partial[head]);
+                const __m512 qv = _mm512_loadu_ps(q + (h0 + head) * Dh + 16 * i);
+                partial[head] = _mm512_fmadd_ps(qv, k0, partial[head]);
+                partial[8 + head] = _mm512_fmadd_ps(qv, k1, partial[8 + head]);
               }
             }
           }
           const __m512 sc = _mm512_mul_ps(sum16(partial), scale);
-          _mm512_storeu_ps(dst + h0, sc);
-          _mm512_storeu_ps(head_max + h0, _mm512_max_ps(_mm512_loadu_ps(head_max + h0), sc));
+          const __m256 first_sc = _mm512_castps512_ps256(sc), second_sc = _mm512_extractf32x8_ps(sc, 1);
+          _mm256_storeu_ps(dst + h0, first_sc);
+          if (pair) _mm256_storeu_ps(dst + width + h0, second_sc);
+          _mm256_storeu_ps(head_max + h0,
+                           _mm256_max_ps(_mm256_loadu_ps(head_max + h0), _mm256_max_ps(first_sc, second_sc)));
         }
       }
     });
@@ -345,10 +364,10 @@ struct RowHead {
   // contiguous) before the next block, whose bytes are prefetched in order meanwhile. A walk of
   // one head across the whole context reads Dh elements every Hkv * Dh: each DRAM page is opened
   // once per head and the hardware prefetchers do not follow (7-8 GB/s of K and V on one core of
-  // the EPYC, against 15 in block order; cpu_attention_bench). The K pass goes position by
-  // position where the heads come in vectors of 16 (k_pass_by_position), else head by head
-  // (k_pass_by_head); either leaves the scores position-major. The V pass takes kG heads that
-  // share a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
+  // the EPYC, against 15 in block order; cpu_attention_bench). The K pass goes two positions at
+  // a time where the heads come in vectors of 16, at most 8 to a KV head (k_pass_by_position),
+  // else head by head (k_pass_by_head); either leaves the scores position-major. The V pass takes
+  // kG heads that share a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
   // [Hq, Dh + 2]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans
   // combines spans.
   template <int kD, int kG>
@@ -372,11 +391,11 @@ struct RowHead {
       }
     };
     // The next rows' bytes (up to 16 positions of every head), in order, a share per query head
-    // (K pass) or per kG of them (V pass). The shares are computed once: a division per call
-    // cost the walk a quarter of its speed.
-    const int64_t pairs = a.Hq / kG,
-                  block_bytes = std::min<int64_t>(a.block_size, 16) * stride * static_cast<int64_t>(sizeof(Elem));
-    const int64_t head_share = (block_bytes / a.Hq + 63) / 64 * 64, pair_share = (block_bytes / pairs + 63) / 64 * 64;
+    // (k_pass_by_head). The share is computed once: a division per call cost the walk a quarter
+    // of its speed.
+    const int64_t pairs = a.Hq / kG, row_bytes = stride * static_cast<int64_t>(sizeof(Elem)),
+                  block_bytes = std::min<int64_t>(a.block_size, 16) * row_bytes;
+    const int64_t head_share = (block_bytes / a.Hq + 63) / 64 * 64;
     auto prefetch_share = [&](const Elem* next, int64_t i, int64_t share) {
       if (next == nullptr) return;
       const char* from = reinterpret_cast<const char*>(next);
@@ -393,7 +412,6 @@ struct RowHead {
       case 2: k_pass_by_position<kD, 2>(t, j0, for_each_block, scores_of, head_max); break;
       case 4: k_pass_by_position<kD, 4>(t, j0, for_each_block, scores_of, head_max); break;
       case 8: k_pass_by_position<kD, 8>(t, j0, for_each_block, scores_of, head_max); break;
-      case 16: k_pass_by_position<kD, 16>(t, j0, for_each_block, scores_of, head_max); break;
       default: k_pass_by_head<kD>(t, j0, for_each_block, prefetch_share, head_share, scores_of, head_max); break;
     }
     // e^(s - m) in place and their sums, 16 heads at a time.
@@ -415,10 +433,17 @@ struct RowHead {
       st[Dh] = head_max[h];
       st[Dh + 1] = sums[h];
     }
+    // The V pass: kG heads that share a KV head at a time over the block's rows, their sums in
+    // registers. The pages ahead are asked for at the block's start, as in the K pass, where
+    // each pair asked for its share of the next block's lines before (bench/RESULTS.md,
+    // 2026-12-05, stop 33).
+    uintptr_t last_v_page = 0;
     for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
-      for (int64_t pair = 0; pair < pairs; ++pair) {
-        prefetch_share(next, pair, pair_share);
-        const int64_t h0 = pair * kG, kv_head = h0 / group;
+      const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
+      for (int64_t r = 0; r < rows; ++r) prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
+      // The pair's KV head, counted up rather than divided out.
+      for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
+        const int64_t h0 = pair * kG;
         __m512 o[kG][kD];
         for (int g = 0; g < kG; ++g) {
           for (int i = 0; i < kD; ++i) o[g][i] = _mm512_loadu_ps(state + (h0 + g) * (Dh + 2) + 16 * i);
@@ -434,6 +459,11 @@ struct RowHead {
         }
         for (int g = 0; g < kG; ++g) {
           for (int i = 0; i < kD; ++i) _mm512_storeu_ps(state + (h0 + g) * (Dh + 2) + 16 * i, o[g][i]);
+        }
+        left -= kG;
+        if (left == 0) {
+          ++kv_head;
+          left = group;
         }
       }
     });
@@ -493,23 +523,30 @@ struct RowHead {
 };
 
 // Combines the states of one row's spans (run_span) into out [Hq, Dh]: per head,
-// sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M the largest m_s.
-void merge_spans(const float* states, int64_t n_spans, int64_t Hq, int64_t Dh, float* out) {
+// sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M the largest m_s. On AVX-512 only (spans are).
+HEARTH_AVX512 void merge_spans(const float* states, int64_t n_spans, int64_t Hq, int64_t Dh, float* out) {
   const int64_t width = Dh + 2;
   for (int64_t h = 0; h < Hq; ++h) {
     float M = -INFINITY;
     for (int64_t i = 0; i < n_spans; ++i) M = std::max(M, states[(i * Hq + h) * width + Dh]);
     float* o = out + h * Dh;
-    std::fill_n(o, Dh, 0.0f);
     float total = 0.0f;
     for (int64_t i = 0; i < n_spans; ++i) {
       const float* st = states + (i * Hq + h) * width;
       const float w = std::exp(st[Dh] - M);
       total += w * st[Dh + 1];
-      for (int64_t d = 0; d < Dh; ++d) o[d] += w * st[d];
+      const __m512 vw = _mm512_set1_ps(w);
+      for (int64_t d = 0; d < Dh; d += 16) {
+        const __mmask16 m = simd::tail_mask16(Dh - d);
+        const __m512 sum = i == 0 ? _mm512_setzero_ps() : simd::load16_f32(o + d, m);
+        _mm512_mask_storeu_ps(o + d, m, _mm512_fmadd_ps(vw, simd::load16_f32(st + d, m), sum));
+      }
     }
-    const float inv = 1.0f / total;
-    for (int64_t d = 0; d < Dh; ++d) o[d] *= inv;
+    const __m512 inv = _mm512_set1_ps(1.0f / total);
+    for (int64_t d = 0; d < Dh; d += 16) {
+      const __mmask16 m = simd::tail_mask16(Dh - d);
+      _mm512_mask_storeu_ps(o + d, m, _mm512_mul_ps(simd::load16_f32(o + d, m), inv));
+    }
   }
 }
 
@@ -577,14 +614,20 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
   const int64_t tile_items = static_cast<int64_t>(tiles.size()) * per_tile;
   auto run = [&](int64_t begin, int64_t end) {
     // Sized by the batch's largest tile or span: a decode step's buffers are those of one row.
-    Scratch scratch;
+    // Kept by each thread from call to call and only grown: allocating and zeroing them cost a
+    // decode call ~2 us of its ~20-80 (bench/RESULTS.md, 2026-12-05, stop 33). Every element
+    // read is written first in the call.
+    thread_local Scratch scratch;
+    auto at_least = [](LineFloats& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    };
     const int64_t tile_scores = tile_items > 0 ? max_rows * pair * max_ctx : 0;
-    scratch.scores.resize(static_cast<size_t>(std::max(tile_scores, padded_heads(a.Hq) * max_span)));
-    scratch.head_max.resize(static_cast<size_t>(padded_heads(a.Hq)));
-    scratch.head_sum.resize(static_cast<size_t>(padded_heads(a.Hq)));
+    at_least(scratch.scores, std::max(tile_scores, padded_heads(a.Hq) * max_span));
+    at_least(scratch.head_max, padded_heads(a.Hq));
+    at_least(scratch.head_sum, padded_heads(a.Hq));
     if (tiled && max_rows > 1) {
-      scratch.rows.resize(static_cast<size_t>(16 * a.Dh));
-      scratch.out.resize(static_cast<size_t>(max_rows * pair * a.Dh));
+      at_least(scratch.rows, 16 * a.Dh);
+      at_least(scratch.out, max_rows * pair * a.Dh);
     }
     dispatch_float(a.kv_dtype, [&]<DType KT>() {
       const RowHead<KT> rh{a, isa, scratch};
