@@ -120,6 +120,27 @@ const float* Sampler::process(const float* logits, int64_t vocab, std::span<cons
   return processed_.data();
 }
 
+// The first i with l[i] > l[j] for no j (NaNs never win; 0 where l[0] is NaN), as a scalar walk
+// keeping the best so far finds it. In two passes: the maximum over 16 independent lanes, then its
+// first index; the walk's chain of dependent compares took ~0.5% of a CPU decode step at a
+// vocabulary of 152k.
+int64_t Sampler::first_max(const float* l, int64_t n) {
+  if (std::isnan(l[0])) return 0;
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  std::fill_n(lane, kLanes, l[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane[j] = l[i + j] > lane[j] ? l[i + j] : lane[j];
+  }
+  float m = l[0];
+  for (const float v : lane) m = v > m ? v : m;
+  for (; i < n; ++i) m = l[i] > m ? l[i] : m;
+  i = 0;
+  while (!(l[i] == m)) ++i;
+  return i;
+}
+
 int32_t Sampler::draw_prefix(size_t keep, double kept_sum) {
   const double r = std::uniform_real_distribution<double>(0.0, kept_sum)(rng_);
   double acc = 0;
@@ -288,10 +309,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int3
   const float* l = process(logits, vocab, tokens, n_prompt);
   int32_t token;
   if (params_.temperature == 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (l[i] > l[best]) best = i;
-    token = static_cast<int32_t>(best);
+    token = static_cast<int32_t>(first_max(l, vocab));
   } else if (params_.min_p > 0.0f) {
     token = draw_min_p(l, vocab);
   } else {

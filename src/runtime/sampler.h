@@ -112,6 +112,7 @@ class Sampler {
   // Writes the processed logits into processed_ and returns them, or returns `logits` when no
   // processor changes anything for this history.
   const float* process(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt);
+  static int64_t first_max(const float* l, int64_t n);      // greedy: the first maximum, NaNs never win
   int32_t draw_sorted(const float* logits, int64_t vocab);  // min_p == 0: the original algorithm
   int32_t draw_min_p(const float* logits, int64_t vocab);   // min_p > 0: sorts only the survivors
   int32_t draw_top_p(size_t n, double sum);                 // top-p over the first n of scratch_, then a draw
