@@ -346,6 +346,28 @@ TEST(Sampler, ProcessedLogitsMatchTheReference) {
   }
 }
 
+// Greedy takes the first maximum exactly as a walk keeping the best so far: ties by lower id
+// (-0 == +0), NaNs never win (a NaN at 0 is kept), -inf, lengths around the 16 lanes.
+TEST(Sampler, GreedyIsTheFirstMaximumOfAScalarWalk) {
+  std::mt19937 rng(21);
+  const std::vector<float> specials{0.0f, -0.0f, 1.0f, -INFINITY, INFINITY, NAN};
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = 1 + rng() % 70;
+    std::vector<float> l(n);
+    for (float& v : l) {
+      const uint32_t pick = rng() % 8;
+      v = pick < specials.size() ? specials[pick] : static_cast<float>(static_cast<int>(rng() % 5) - 2);
+    }
+    if (trial % 4 == 0) l[rng() % n] = NAN;
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (l[i] > l[best]) best = i;
+    }
+    EXPECT_EQ(Sampler(SamplingParams{}).sample(l.data(), static_cast<int64_t>(n), {}, 0), static_cast<int32_t>(best))
+        << "trial " << trial;
+  }
+}
+
 TEST(Sampler, GreedyWithPenaltiesPicksTheExpectedToken) {
   const std::vector<float> pos{2.0f, 1.9f, 0.5f};
   const std::vector<int32_t> hist{0};
