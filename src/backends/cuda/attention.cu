@@ -325,21 +325,35 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
   const int64_t t = blockIdx.x, z = blockIdx.z, G = a.Hq / a.Hkv, chunks = (G + kGroup - 1) / kGroup;
   const int64_t kv_head = blockIdx.y / chunks, h0 = kv_head * G + (blockIdx.y % chunks) * kGroup;
   const int gn = static_cast<int>(min(static_cast<int64_t>(kGroup), kv_head * G + G - h0));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const T* k_cache = static_cast<const T*>(a.k_cache);
+  const T* v_cache = static_cast<const T*>(a.v_cache);
+  // The lane's key of the warp's first round: its K row into kr before the wait, where the key
+  // precedes the step (its row was written by an earlier step, not by a kernel still running).
+  // Before the wait the batch's metadata may be stale (launch.cuh): the row is kept only where
+  // the metadata read after the wait gives the same row for a key before the step.
+  uint4 kr[kPieces];
+  int64_t early_row = -1;
   {
-    // Before the wait the batch's metadata may be stale (launch.cuh): it only picks what to
-    // prefetch, and is read again after the wait.
     const RowPlace early = place_of(a, t);
-    prefetch_first_round<T, kDh>(a, early, kv_head, split_range(early, z));
+    const SplitRange r = split_range(early, z);
+    prefetch_first_round<T, kDh>(a, early, kv_head, r);
+    const int64_t j = r.begin + 32 * warp + lane;
+    if (j < r.end && j < a.context_lens[early.seq]) {
+      early_row = cache_row(a, early.seq, j, kv_head, kDh);
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) kr[i] = *reinterpret_cast<const uint4*>(k_cache + early_row + i * kPer);
+    }
   }
   wait_for_previous(__func__);
   const RowPlace p = place_of(a, t);
+  const int64_t settled = a.context_lens[p.seq];  // keys before it precede the step
   const SplitRange range = split_range(p, z);
   const int64_t begin = range.begin, end = range.end;
   if (begin >= end) {
     if (threadIdx.x < gn) stats[(t * a.Hq + h0 + threadIdx.x) * kSplits + z] = make_float2(-INFINITY, 0.0f);
     return;
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __shared__ __align__(16) float qs[kGroup][kDh];
   __shared__ float ps[kDecodeWarps][kGroup][32];
   // The warps' V rows, later their states for the merge.
@@ -348,29 +362,29 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
   __shared__ __align__(16) unsigned char shared[kVBytes > kMergeBytes ? kVBytes : kMergeBytes];
   __shared__ float ms[kDecodeWarps][kGroup], ls[kDecodeWarps][kGroup];
   T(*vs)[32][kDh] = reinterpret_cast<T(*)[32][kDh]>(shared);
-  const T* k_cache = static_cast<const T*>(a.k_cache);
-  const T* v_cache = static_cast<const T*>(a.v_cache);
-  // Starts the warp's round of keys [j0, j0 + 32): the K rows into kr, the V rows on their way
-  // to shared memory. Returns how many of them the split has (a prefix of the lanes).
-  uint4 kr[kPieces];
-  auto start_round = [&](int64_t j0) {
+  // Starts the warp's round of keys [j0, j0 + 32): the K rows into kr (in the first round, those
+  // not loaded before the wait), the V rows on their way to shared memory. Returns how many of
+  // them the split has (a prefix of the lanes).
+  auto start_round = [&](int64_t j0, bool first) {
     const int valid = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(32), end - j0)));
     const bool mine = lane < valid;
     const int64_t j = j0 + lane;
-    int64_t row = 0;
+    int64_t row = -2;
     if (mine) {
       row = cache_row(a, p.seq, j, kv_head, kDh);
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) copy16_async(&vs[warp][lane][i * kPer], v_cache + row + i * kPer);
     }
     commit_copies();
+    if (!(first && row == early_row && j < settled)) {
 #pragma unroll
-    for (int i = 0; i < kPieces; ++i)
-      kr[i] = mine ? *reinterpret_cast<const uint4*>(k_cache + row + i * kPer) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < kPieces; ++i)
+        kr[i] = mine ? *reinterpret_cast<const uint4*>(k_cache + row + i * kPer) : make_uint4(0, 0, 0, 0);
+    }
     return valid;
   };
   int64_t j0 = begin + 32 * warp;
-  int valid = start_round(j0);  // in flight while q is staged
+  int valid = start_round(j0, true);  // in flight while q is staged
   for (int e = threadIdx.x; e < kGroup * kDh; e += kDecodeWarps * 32) {
     const int h = e / kDh, d = e % kDh;
     qs[h][d] = h < gn ? a.q[(t * a.Hq + h0 + h) * kDh + d] * a.scale : 0.0f;
@@ -431,7 +445,7 @@ __global__ void attention_decode_kernel(AttentionArgs a, float* partial, float2*
     }
     __syncwarp();  // vs and ps are rewritten by the next round
     j0 += kDecodeKeys;
-    valid = start_round(j0);
+    valid = start_round(j0, false);
   }
   // Merge the warps (a warp past the split's end has m = -inf and weight 0).
   __syncthreads();

@@ -11,7 +11,9 @@
 // predecessor has (the next kernel's wait covers all the earlier ones). Before the wait a kernel
 // may only ask L2 for memory (a prefetch reads nothing into the kernel, and L2 is coherent), read
 // what it needs to choose the addresses, where a stale value costs a useless prefetch, never a
-// wrong result, and read what no kernel writes (the model's weights).
+// wrong result, and read what no kernel writes (the model's weights; the KV cache rows of
+// positions before the step, used only where the metadata read after the wait names the same
+// row: attention.cu).
 #pragma once
 
 #include <cuda_runtime.h>
