@@ -20,6 +20,14 @@ Bpe::Bpe(const JsonView& model) {
     vocab_[token] = static_cast<int32_t>(id);
     max_id = std::max(max_id, id);
   }
+  // The id table is dense (one string per id up to the largest), as real vocabs are: a few
+  // entries with ids in the billions would ask for gigabytes of empty slots, so they are refused.
+  constexpr int64_t kMaxUnassignedIds = int64_t{1} << 20;
+  const auto n_entries = static_cast<int64_t>(vocab_.size());
+  if (max_id + 1 - n_entries > kMaxUnassignedIds) {
+    vocab.fail("has ids up to " + std::to_string(max_id) + " for only " + std::to_string(n_entries) +
+               " entries (more than " + std::to_string(kMaxUnassignedIds) + " ids would be unassigned)");
+  }
   vocab_r_.resize(static_cast<size_t>(max_id + 1));
   has_id_.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab_) {

@@ -23,6 +23,7 @@ TEST(tokenizer_bad_input, MalformedJsonIsAOneLineError) {
       {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a"]]}})", "model.merges[0]"},
       {R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})", "expected an integer"},
       {R"({"model": {"type": "BPE", "vocab": [], "merges": []}})", "model.vocab"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2000000000}, "merges": []}})", "ids up to 2000000000"},
       {R"({"model": {"type": "BPE", "vocab": {}, "merges": 7}})", "model.merges"},
       {R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer":
           {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})",
