@@ -12,6 +12,7 @@
 
 #include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/page_prefetch.h"
 #include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/simd.h"
 
@@ -92,6 +93,7 @@ template <GgmlType kType>
 void rows_decode_avx512(const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
                         int64_t n1) {
   float out[kDecodeRows];
+  prefetch_buffer(x, static_cast<size_t>(T * w.K));  // x: see prefetch_buffer
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = row_of(w, n);
     switch (T) {

@@ -216,7 +216,11 @@ HEARTH_VNNI void q4k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
 
 template <int kT>
 void rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  uintptr_t last_page = 0;  // the rows are one stream (prefetch_page_ahead)
+  uintptr_t last_page = 0;                  // the rows are one stream (prefetch_page_ahead)
+  prefetch_buffer(p.q.data(), p.q.size());  // x: see prefetch_buffer
+  prefetch_buffer(p.dx.data(), p.dx.size());
+  prefetch_buffer(p.offset.data(), p.offset.size());
+  prefetch_buffer(p.sums.data(), p.sums.size());
   for (int64_t n = n0; n < n1; ++n) {
     if (w.type == GgmlType::kQ6_K) {
       q6k_row<kT>(p, w, bias, y, n, last_page);

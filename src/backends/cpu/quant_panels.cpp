@@ -236,6 +236,9 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
   const int64_t K = x.K, groups = x.groups;
   const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
   uintptr_t last_page = 0;
+  prefetch_buffer(x.q.data(), static_cast<size_t>(kT * K));  // x: see prefetch_buffer
+  prefetch_buffer(x.dx.data(), static_cast<size_t>(kT * groups));
+  prefetch_buffer(x.xsum.data(), static_cast<size_t>(kT * groups));
   for (int64_t p = p0; p < p1; ++p) {
     __m512 acc[kT];
     for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
