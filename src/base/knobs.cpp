@@ -84,7 +84,18 @@ std::string knob_text(std::string_view env) {
 
 namespace knobs {
 
-std::string isa() { return knob_text("HEARTH_ISA"); }
+std::string isa() {
+  // Asked per op by the CPU backend (each kernel's ISA): a read takes a lock and getenv, so each
+  // thread keeps the text it last read until an override changes the knobs.
+  thread_local uint64_t seen = 0;
+  thread_local std::string text;
+  const uint64_t generation = override_generation.load(std::memory_order_acquire);
+  if (seen != generation) {
+    text = knob_text("HEARTH_ISA");
+    seen = generation;
+  }
+  return text;
+}
 
 namespace {
 // A knob that is 0 or 1.
