@@ -22,8 +22,9 @@
 namespace hearth::cpu {
 namespace {
 
-constexpr int64_t kPrefetchRows = 8;  // K/V rows fetched ahead of the one in use (into L2)
-constexpr int64_t kTileRows = 16;     // prefill query rows that share each K/V row read
+constexpr int64_t kPrefetchRows = 8;              // K/V rows fetched ahead of the one in use (into L2)
+constexpr int64_t kTileRows = 16;                 // prefill query rows that share each K/V row read
+constexpr int64_t kMemoryOrderVPositions = 1024;  // decode spans this long: V pass in memory order
 
 // out += p * v over Dh; v of the cache's element type KT.
 template <DType KT>
@@ -433,7 +434,56 @@ struct RowHead {
       st[Dh] = head_max[h];
       st[Dh + 1] = sums[h];
     }
-    // The V pass: kG heads that share a KV head at a time over the block's rows, their sums in
+    // The V pass. Long spans go in memory order, two positions at a time: every KV head's rows
+    // of them, the kG heads' sums loaded from and stored back to the state (L1) around them.
+    // Each block is read once in order, where the head pairs below read it once per pair, 2 KiB
+    // apart. At context ~4k the decode's attention calls took 6-17% less time; at 576 (spans of
+    // 288) the head-pair order decoded faster (bench/RESULTS.md, stop 33 and stop 34).
+    if (n >= kMemoryOrderVPositions) {
+      uintptr_t last_v_page = 0;
+      auto v_rows = [&]<int kR>(int64_t j, const Elem* rowp) HEARTH_AVX512 {
+        for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
+          const int64_t h0 = pair * kG;
+          __m512 o[kG][kD];
+          for (int g = 0; g < kG; ++g) {
+            for (int i = 0; i < kD; ++i) o[g][i] = _mm512_loadu_ps(state + (h0 + g) * (Dh + 2) + 16 * i);
+          }
+          __m512 p[kR][kG];
+          for (int r = 0; r < kR; ++r)
+            for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
+          const Elem* v = rowp + kv_head * Dh;
+          for (int i = 0; i < kD; ++i) {
+            for (int r = 0; r < kR; ++r) {
+              const __m512 vr = simd::load16<KT>(v + r * stride, 16 * i, 0xffff);
+              for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[r][g], vr, o[g][i]);
+            }
+          }
+          for (int g = 0; g < kG; ++g) {
+            for (int i = 0; i < kD; ++i) _mm512_storeu_ps(state + (h0 + g) * (Dh + 2) + 16 * i, o[g][i]);
+          }
+          left -= kG;
+          if (left == 0) {
+            ++kv_head;
+            left = group;
+          }
+        }
+      };
+      for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
+        const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
+        int64_t r = 0;
+        for (; r + 2 <= rows; r += 2) {
+          prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
+          prefetch_rows_ahead(base + (r + 1) * stride, row_bytes, run_end, next, last_v_page);
+          v_rows.template operator()<2>(j + r, base + r * stride);
+        }
+        for (; r < rows; ++r) {
+          prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
+          v_rows.template operator()<1>(j + r, base + r * stride);
+        }
+      });
+      return;
+    }
+    // Shorter spans: kG heads that share a KV head at a time over the block's rows, their sums in
     // registers. The pages ahead are asked for at the block's start, as in the K pass, where
     // each pair asked for its share of the next block's lines before (bench/RESULTS.md,
     // 2026-12-05, stop 33).
