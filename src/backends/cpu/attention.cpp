@@ -434,6 +434,26 @@ struct RowHead {
       st[Dh] = head_max[h];
       st[Dh + 1] = sums[h];
     }
+    // visit(h0, kv_head, o) for each kG query heads h0 .. that share a KV head (counted up rather
+    // than divided out), o their sums over Dh loaded from the state and stored back after.
+    auto for_each_head_group = [&](const auto& visit) HEARTH_AVX512 {
+      for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
+        const int64_t h0 = pair * kG;
+        __m512 o[kG][kD];
+        for (int g = 0; g < kG; ++g) {
+          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_loadu_ps(state + (h0 + g) * (Dh + 2) + 16 * i);
+        }
+        visit(h0, kv_head, o);
+        for (int g = 0; g < kG; ++g) {
+          for (int i = 0; i < kD; ++i) _mm512_storeu_ps(state + (h0 + g) * (Dh + 2) + 16 * i, o[g][i]);
+        }
+        left -= kG;
+        if (left == 0) {
+          ++kv_head;
+          left = group;
+        }
+      }
+    };
     // The V pass. Long spans go in memory order, two positions at a time: every KV head's rows
     // of them, the kG heads' sums loaded from and stored back to the state (L1) around them.
     // Each block is read once in order, where the head pairs below read it once per pair, 2 KiB
@@ -442,12 +462,7 @@ struct RowHead {
     if (n >= kMemoryOrderVPositions) {
       uintptr_t last_v_page = 0;
       auto v_rows = [&]<int kR>(int64_t j, const Elem* rowp) HEARTH_AVX512 {
-        for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
-          const int64_t h0 = pair * kG;
-          __m512 o[kG][kD];
-          for (int g = 0; g < kG; ++g) {
-            for (int i = 0; i < kD; ++i) o[g][i] = _mm512_loadu_ps(state + (h0 + g) * (Dh + 2) + 16 * i);
-          }
+        for_each_head_group([&](int64_t h0, int64_t kv_head, __m512(&o)[kG][kD]) HEARTH_AVX512 {
           __m512 p[kR][kG];
           for (int r = 0; r < kR; ++r)
             for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
@@ -458,15 +473,7 @@ struct RowHead {
               for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[r][g], vr, o[g][i]);
             }
           }
-          for (int g = 0; g < kG; ++g) {
-            for (int i = 0; i < kD; ++i) _mm512_storeu_ps(state + (h0 + g) * (Dh + 2) + 16 * i, o[g][i]);
-          }
-          left -= kG;
-          if (left == 0) {
-            ++kv_head;
-            left = group;
-          }
-        }
+        });
       };
       for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
         const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
@@ -491,13 +498,7 @@ struct RowHead {
     for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
       const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
       for (int64_t r = 0; r < rows; ++r) prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
-      // The pair's KV head, counted up rather than divided out.
-      for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
-        const int64_t h0 = pair * kG;
-        __m512 o[kG][kD];
-        for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_loadu_ps(state + (h0 + g) * (Dh + 2) + 16 * i);
-        }
+      for_each_head_group([&](int64_t h0, int64_t kv_head, __m512(&o)[kG][kD]) HEARTH_AVX512 {
         const Elem* v = base + kv_head * Dh;
         for (int64_t r = 0; r < rows; ++r, v += stride) {
           __m512 p[kG];
@@ -507,15 +508,7 @@ struct RowHead {
             for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[g], vr, o[g][i]);
           }
         }
-        for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) _mm512_storeu_ps(state + (h0 + g) * (Dh + 2) + 16 * i, o[g][i]);
-        }
-        left -= kG;
-        if (left == 0) {
-          ++kv_head;
-          left = group;
-        }
-      }
+      });
     });
   }
 
