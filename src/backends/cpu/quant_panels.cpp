@@ -236,9 +236,6 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
   const int64_t K = x.K, groups = x.groups;
   const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
   uintptr_t last_page = 0;
-  prefetch_buffer(x.q.data(), static_cast<size_t>(kT * K));  // x: see prefetch_buffer
-  prefetch_buffer(x.dx.data(), static_cast<size_t>(kT * groups));
-  prefetch_buffer(x.xsum.data(), static_cast<size_t>(kT * groups));
   for (int64_t p = p0; p < p1; ++p) {
     __m512 acc[kT];
     for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
@@ -398,6 +395,11 @@ void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<c
     starts[i + 1] = starts[i] + (parts[i].w.N + 15) / 16;
   }
   auto run = [&](int64_t a, int64_t b) {
+    if (decode) {  // x, once per chunk for all the parts: see prefetch_buffer
+      prefetch_buffer(p.q.data(), p.q.size());
+      prefetch_buffer(p.dx.data(), p.dx.size());
+      prefetch_buffer(p.xsum.data(), p.xsum.size());
+    }
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t lo = std::max(a, starts[i]) - starts[i], hi = std::min(b, starts[i + 1]) - starts[i];
       if (lo >= hi) continue;
