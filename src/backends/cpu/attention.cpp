@@ -116,6 +116,13 @@ struct Scratch {
 // Heads rounded up to a whole vector of 16: the width of a decode span's position-major scores.
 int64_t padded_heads(int64_t Hq) { return (Hq + 15) / 16 * 16; }
 
+// Floats per head in a decode span's state: Dh sums, m, l, padded to whole 64-byte lines so that
+// every head's sums start on a line (Dh is 64 or 128 there). The V pass loads and stores them
+// around every two positions at long spans; at Dh + 2 most of those accesses split two lines:
+// cpu_attention_bench 4096 read 31-34 GB/s of K and V with two threads, against 42-50 now
+// (bench/RESULTS.md, stop 35).
+constexpr int64_t state_width(int64_t Dh) { return Dh + 16; }
+
 // The first key that cache index c attends to (0, or the start of its window).
 int64_t first_key(const AttentionArgs& a, int64_t c) {
   return a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
@@ -369,7 +376,7 @@ struct RowHead {
   // a time where the heads come in vectors of 16, at most 8 to a KV head (k_pass_by_position),
   // else head by head (k_pass_by_head); either leaves the scores position-major. The V pass takes
   // kG heads that share a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
-  // [Hq, Dh + 2]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans
+  // [Hq, state_width(Dh)]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans
   // combines spans.
   template <int kD, int kG>
   HEARTH_AVX512 __attribute__((flatten)) void run_span(int64_t t, int64_t seq, int64_t j0, int64_t j1,
@@ -429,7 +436,7 @@ struct RowHead {
       _mm512_storeu_ps(sums + h0, sum);
     }
     for (int64_t h = 0; h < a.Hq; ++h) {
-      float* st = state + h * (Dh + 2);
+      float* st = state + h * state_width(Dh);
       std::fill_n(st, Dh, 0.0f);
       st[Dh] = head_max[h];
       st[Dh + 1] = sums[h];
@@ -441,11 +448,11 @@ struct RowHead {
         const int64_t h0 = pair * kG;
         __m512 o[kG][kD];
         for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_loadu_ps(state + (h0 + g) * (Dh + 2) + 16 * i);
+          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_load_ps(state + (h0 + g) * state_width(Dh) + 16 * i);
         }
         visit(h0, kv_head, o);
         for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) _mm512_storeu_ps(state + (h0 + g) * (Dh + 2) + 16 * i, o[g][i]);
+          for (int i = 0; i < kD; ++i) _mm512_store_ps(state + (h0 + g) * state_width(Dh) + 16 * i, o[g][i]);
         }
         left -= kG;
         if (left == 0) {
@@ -568,7 +575,7 @@ struct RowHead {
 // Combines the states of one row's spans (run_span) into out [Hq, Dh]: per head,
 // sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M the largest m_s. On AVX-512 only (spans are).
 HEARTH_AVX512 void merge_spans(const float* states, int64_t n_spans, int64_t Hq, int64_t Dh, float* out) {
-  const int64_t width = Dh + 2;
+  const int64_t width = state_width(Dh);
   for (int64_t h = 0; h < Hq; ++h) {
     float M = -INFINITY;
     for (int64_t i = 0; i < n_spans; ++i) M = std::max(M, states[(i * Hq + h) * width + Dh]);
@@ -593,7 +600,7 @@ HEARTH_AVX512 void merge_spans(const float* states, int64_t n_spans, int64_t Hq,
   }
 }
 
-// A decode row's span of positions for run_span; span i's state sits at states[i * Hq * (Dh + 2)].
+// A decode row's span of positions for run_span; span i's state sits at states[i * Hq * state_width(Dh)].
 struct Span {
   int64_t t, seq, j0, j1;
 };
@@ -649,7 +656,7 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
     max_span = std::max(max_span, len);
   }
   first_span.push_back(static_cast<int64_t>(spans.size()));
-  std::vector<float> states(spans.size() * static_cast<size_t>(a.Hq * (a.Dh + 2)));
+  LineFloats states(spans.size() * static_cast<size_t>(a.Hq * state_width(a.Dh)));
 
   // Work items: (tile, pair of query heads that share a KV head; single heads without GQA),
   // then the spans.
@@ -678,7 +685,7 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
         if (i >= tile_items) {
           const int64_t k = i - tile_items;
           const Span& sp = spans[static_cast<size_t>(k)];
-          rh.span(sp.t, sp.seq, sp.j0, sp.j1, states.data() + k * a.Hq * (a.Dh + 2));
+          rh.span(sp.t, sp.seq, sp.j0, sp.j1, states.data() + k * a.Hq * state_width(a.Dh));
           continue;
         }
         const Tile& tile = tiles[static_cast<size_t>(i / per_tile)];
@@ -698,7 +705,7 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
     run(0, items);
   }
   for (size_t r = 0; r < decode_rows.size(); ++r) {
-    merge_spans(states.data() + first_span[r] * a.Hq * (a.Dh + 2), first_span[r + 1] - first_span[r], a.Hq, a.Dh,
+    merge_spans(states.data() + first_span[r] * a.Hq * state_width(a.Dh), first_span[r + 1] - first_span[r], a.Hq, a.Dh,
                 a.out + decode_rows[r].t * a.Hq * a.Dh);
   }
 }
