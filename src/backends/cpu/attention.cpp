@@ -22,9 +22,8 @@
 namespace hearth::cpu {
 namespace {
 
-constexpr int64_t kPrefetchRows = 8;              // K/V rows fetched ahead of the one in use (into L2)
-constexpr int64_t kTileRows = 16;                 // prefill query rows that share each K/V row read
-constexpr int64_t kMemoryOrderVPositions = 1024;  // decode spans this long: V pass in memory order
+constexpr int64_t kPrefetchRows = 8;  // K/V rows fetched ahead of the one in use (into L2)
+constexpr int64_t kTileRows = 16;     // prefill query rows that share each K/V row read
 
 // out += p * v over Dh; v of the cache's element type KT.
 template <DType KT>
@@ -374,10 +373,10 @@ struct RowHead {
   // once per head and the hardware prefetchers do not follow (7-8 GB/s of K and V on one core of
   // the EPYC, against 15 in block order; cpu_attention_bench). The K pass goes two positions at
   // a time where the heads come in vectors of 16, at most 8 to a KV head (k_pass_by_position),
-  // else head by head (k_pass_by_head); either leaves the scores position-major. The V pass takes
-  // kG heads that share a KV head (16 accumulators for two). Writes the span's unnormalized state to `state`
-  // [Hq, state_width(Dh)]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m); merge_spans
-  // combines spans.
+  // else head by head (k_pass_by_head); either leaves the scores position-major. The V pass goes
+  // in memory order too, two positions at a time, kG heads that share a KV head (16 sums for two)
+  // at a time. Writes the span's unnormalized state to `state` [Hq, state_width(Dh)]: per head sum_j e^(s_j - m) v_j,
+  // then m, then sum_j e^(s_j - m); merge_spans combines spans.
   template <int kD, int kG>
   HEARTH_AVX512 __attribute__((flatten)) void run_span(int64_t t, int64_t seq, int64_t j0, int64_t j1,
                                                        float* state) const {
@@ -441,18 +440,32 @@ struct RowHead {
       st[Dh] = head_max[h];
       st[Dh + 1] = sums[h];
     }
-    // visit(h0, kv_head, o) for each kG query heads h0 .. that share a KV head (counted up rather
-    // than divided out), o their sums over Dh loaded from the state and stored back after.
-    auto for_each_head_group = [&](const auto& visit) HEARTH_AVX512 {
+    // The V pass in memory order, two positions at a time: at each, every KV head's rows, and for
+    // each kG query heads that share it (counted up rather than divided out), their sums loaded
+    // from the state (L1), the rows added in with their probabilities, and stored back. Each
+    // block is read once, in order. Walking head pairs over a block instead, their sums held in
+    // registers, reads each block once per pair, 2 KiB apart: it was faster at short spans only
+    // while the state's heads split cache lines (bench/RESULTS.md, stop 35).
+    uintptr_t last_v_page = 0;
+    auto v_rows = [&]<int kR>(int64_t j, const Elem* rowp) HEARTH_AVX512 {
       for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
         const int64_t h0 = pair * kG;
-        __m512 o[kG][kD];
+        float* sums_of = state + h0 * state_width(Dh);
+        __m512 o[kG][kD], p[kR][kG];
         for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_load_ps(state + (h0 + g) * state_width(Dh) + 16 * i);
+          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_load_ps(sums_of + g * state_width(Dh) + 16 * i);
         }
-        visit(h0, kv_head, o);
+        for (int r = 0; r < kR; ++r)
+          for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
+        const Elem* v = rowp + kv_head * Dh;
+        for (int i = 0; i < kD; ++i) {
+          for (int r = 0; r < kR; ++r) {
+            const __m512 vr = simd::load16<KT>(v + r * stride, 16 * i, 0xffff);
+            for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[r][g], vr, o[g][i]);
+          }
+        }
         for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) _mm512_store_ps(state + (h0 + g) * state_width(Dh) + 16 * i, o[g][i]);
+          for (int i = 0; i < kD; ++i) _mm512_store_ps(sums_of + g * state_width(Dh) + 16 * i, o[g][i]);
         }
         left -= kG;
         if (left == 0) {
@@ -461,61 +474,18 @@ struct RowHead {
         }
       }
     };
-    // The V pass. Long spans go in memory order, two positions at a time: every KV head's rows
-    // of them, the kG heads' sums loaded from and stored back to the state (L1) around them.
-    // Each block is read once in order, where the head pairs below read it once per pair, 2 KiB
-    // apart. At context ~4k the decode's attention calls took 6-17% less time; at 576 (spans of
-    // 288) the head-pair order decoded faster (bench/RESULTS.md, stop 33 and stop 34).
-    if (n >= kMemoryOrderVPositions) {
-      uintptr_t last_v_page = 0;
-      auto v_rows = [&]<int kR>(int64_t j, const Elem* rowp) HEARTH_AVX512 {
-        for_each_head_group([&](int64_t h0, int64_t kv_head, __m512(&o)[kG][kD]) HEARTH_AVX512 {
-          __m512 p[kR][kG];
-          for (int r = 0; r < kR; ++r)
-            for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
-          const Elem* v = rowp + kv_head * Dh;
-          for (int i = 0; i < kD; ++i) {
-            for (int r = 0; r < kR; ++r) {
-              const __m512 vr = simd::load16<KT>(v + r * stride, 16 * i, 0xffff);
-              for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[r][g], vr, o[g][i]);
-            }
-          }
-        });
-      };
-      for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
-        const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
-        int64_t r = 0;
-        for (; r + 2 <= rows; r += 2) {
-          prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
-          prefetch_rows_ahead(base + (r + 1) * stride, row_bytes, run_end, next, last_v_page);
-          v_rows.template operator()<2>(j + r, base + r * stride);
-        }
-        for (; r < rows; ++r) {
-          prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
-          v_rows.template operator()<1>(j + r, base + r * stride);
-        }
-      });
-      return;
-    }
-    // Shorter spans: kG heads that share a KV head at a time over the block's rows, their sums in
-    // registers. The pages ahead are asked for at the block's start, as in the K pass, where
-    // each pair asked for its share of the next block's lines before (bench/RESULTS.md,
-    // 2026-12-05, stop 33).
-    uintptr_t last_v_page = 0;
     for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
       const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
-      for (int64_t r = 0; r < rows; ++r) prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
-      for_each_head_group([&](int64_t h0, int64_t kv_head, __m512(&o)[kG][kD]) HEARTH_AVX512 {
-        const Elem* v = base + kv_head * Dh;
-        for (int64_t r = 0; r < rows; ++r, v += stride) {
-          __m512 p[kG];
-          for (int g = 0; g < kG; ++g) p[g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
-          for (int i = 0; i < kD; ++i) {
-            const __m512 vr = simd::load16<KT>(v, 16 * i, 0xffff);
-            for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[g], vr, o[g][i]);
-          }
-        }
-      });
+      int64_t r = 0;
+      for (; r + 2 <= rows; r += 2) {
+        prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
+        prefetch_rows_ahead(base + (r + 1) * stride, row_bytes, run_end, next, last_v_page);
+        v_rows.template operator()<2>(j + r, base + r * stride);
+      }
+      for (; r < rows; ++r) {
+        prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
+        v_rows.template operator()<1>(j + r, base + r * stride);
+      }
     });
   }
 
