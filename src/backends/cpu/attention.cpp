@@ -117,7 +117,7 @@ int64_t padded_heads(int64_t Hq) { return (Hq + 15) / 16 * 16; }
 
 // Floats per head in a decode span's state: Dh sums, m, l, padded to whole 64-byte lines so that
 // every head's sums start on a line (Dh is 64 or 128 there). The V pass loads and stores them
-// around every two positions at long spans; at Dh + 2 most of those accesses split two lines:
+// around every two positions; at Dh + 2 most of those accesses split two lines:
 // cpu_attention_bench 4096 read 31-34 GB/s of K and V with two threads, against 42-50 now
 // (bench/RESULTS.md, stop 35).
 constexpr int64_t state_width(int64_t Dh) { return Dh + 16; }
