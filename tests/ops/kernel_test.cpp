@@ -689,8 +689,8 @@ TEST(ops_kernel, AttentionDecodeSpans) {
   expect_simd_matches_scalar({16, 1, 128, 16, 0, {1, 5}, {333, 0}, DType::kF16}, rng);
   expect_simd_matches_scalar({28, 4, 128, 16, 0, {1}, {500}, DType::kF16}, rng);
   expect_simd_matches_scalar({20, 2, 64, 16, 100, {1}, {300}, DType::kBF16}, rng);
-  // Spans of 1024 positions or more take the V pass in memory order (with 2 and 3 threads too):
-  // query heads in pairs and alone, blocks of 16 and of 3 (runs of an odd length), a window.
+  // Long spans (with 2 and 3 threads too): query heads in pairs and alone, blocks of 16 and of 3
+  // (runs of an odd length), a window.
   expect_simd_matches_scalar({16, 8, 128, 16, 0, {1, 1}, {3300, 100}, DType::kF16}, rng);
   expect_simd_matches_scalar({4, 4, 64, 3, 0, {1}, {3500}, DType::kBF16}, rng);
   expect_simd_matches_scalar({8, 2, 128, 16, 3200, {1}, {3401}, DType::kF32}, rng);
