@@ -499,17 +499,21 @@ TEST(CudaOps, MatmulGroupTakesTheNormAsRmsNormThenTheMatmul) {
 
 // Paged attention over a shuffled block table with NaN in every unused slot, prefill and
 // decode rows of several sequences, GQA groups of 4, 1, 3 and 12 query heads per KV head,
-// windows, and each cache type; then a batch of decode rows only (the split kernels, contexts
-// from 1 to 1001 positions). The first batch has 44 rows: prefill kernels (tensor cores for
-// 16-bit caches and head dims 64 and 128, tiles on CUDA cores otherwise); the third 131, so
-// that sequences span the tensor-core kernel's tiles of 64 rows.
+// windows, and each cache type; then batches of decode rows only (the split kernels, contexts
+// from 1 to 1001 positions; then 9001, all 64 splits, and 130, two splits of which one has a
+// single key). The first batch has 44 rows: prefill kernels (tensor cores for 16-bit caches and
+// head dims 64 and 128, tiles on CUDA cores otherwise); the third 131, so that sequences span
+// the tensor-core kernel's tiles of 64 rows.
 TEST(CudaOps, AttentionMatchesTheScalarReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(9);
   Context ctx = gpu_ctx();
   const int64_t block_size = 16;
   const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> cases = {
-      {{1, 37, 1, 5}, {300, 0, 17, 64}}, {{1, 1, 1, 1, 1}, {300, 0, 17, 1000, 63}}, {{70, 1, 60}, {0, 100, 30}}};
+      {{1, 37, 1, 5}, {300, 0, 17, 64}},
+      {{1, 1, 1, 1, 1}, {300, 0, 17, 1000, 63}},
+      {{1, 1}, {9000, 129}},
+      {{70, 1, 60}, {0, 100, 30}}};
   for (const auto& [q_lens, ctx_lens] : cases)
     for (const auto [Hq, Hkv, Dh] : std::vector<std::array<int64_t, 3>>{
              {8, 2, 64}, {8, 2, 128}, {8, 2, 80}, {4, 4, 128}, {6, 2, 64}, {12, 1, 128}}) {

@@ -1,8 +1,12 @@
 // Memory read bandwidth, measured the way decode reads weights: every thread of the pool
-// streams its own contiguous slice with the widest loads the ISA has. The loads feed a
+// streams its own contiguous slice with the widest loads the ISA has, asking for each 4 KiB
+// page's first lines two pages ahead as the kernels do (page_prefetch.h). The loads feed a
 // 64-bit word sum (the checksum), which every ISA must agree on, so none can be dropped.
 // A scalar loop reads about a third of what AVX-512 does on the same machine, and would
-// flatter every "fraction of bandwidth" computed from it.
+// flatter every "fraction of bandwidth" computed from it; so would a loop without the page
+// prefetch, whose stream stalls at every page: on the 2-core EPYC it read 53-63 GB/s where the
+// same loop with it read 74-82, and the 8-bit decode streamed its weights at 71
+// (bench/RESULTS.md, 2026-12-05, stop 36).
 #include "core/bandwidth.h"
 
 #include <sys/mman.h>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/page_prefetch.h"
 #include "backends/cpu/simd.h"
 #include "base/error.h"
 #include "base/timer.h"
@@ -45,7 +50,9 @@ uint64_t checksum_scalar(const uint8_t* p, size_t n) {
 HEARTH_AVX2 uint64_t checksum_avx2(const uint8_t* p, size_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
+  uintptr_t last_page = 0;
   for (; i + 128 <= n; i += 128) {
+    prefetch_page_ahead(p + i, last_page);
     a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
     a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
     a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
@@ -61,7 +68,9 @@ HEARTH_AVX2 uint64_t checksum_avx2(const uint8_t* p, size_t n) {
 HEARTH_AVX512 uint64_t checksum_avx512(const uint8_t* p, size_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
+  uintptr_t last_page = 0;
   for (; i + 256 <= n; i += 256) {
+    prefetch_page_ahead(p + i, last_page);
     a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
     a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
     a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
