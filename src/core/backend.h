@@ -43,6 +43,10 @@ class Backend {
   }
   virtual void attention(Context&, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
                          float scale, int32_t window, Tensor& out) = 0;
+  // ops::attention_project. Default: attention, then matmul_group of out as [T, Hq * Dh].
+  virtual void attention_project(Context& ctx, const Tensor& q, const ops::KvLayer& cache,
+                                 const ops::AttentionBatch& batch, float scale, int32_t window, Tensor& out,
+                                 const ops::MatmulPart& project);
   virtual void silu_mul(Context&, const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   virtual void add(Context&, Tensor& a, const Tensor& b) = 0;
   virtual void argmax(Context&, const Tensor& x, Tensor& ids) = 0;

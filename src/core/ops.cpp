@@ -74,6 +74,13 @@ void Backend::gated_mlp(Context& ctx, const Tensor& x, const Tensor& norm_w, flo
   silu_mul_matmul_group(ctx, *gate_up[0].y, *gate_up[1].y, std::span<const ops::MatmulPart>(&down, 1));
 }
 
+void Backend::attention_project(Context& ctx, const Tensor& q, const ops::KvLayer& cache,
+                                const ops::AttentionBatch& batch, float scale, int32_t window, Tensor& out,
+                                const ops::MatmulPart& project) {
+  attention(ctx, q, cache, batch, scale, window, out);
+  matmul_group(ctx, out.reshape({out.dim(0), out.dim(1) * out.dim(2)}), std::span<const ops::MatmulPart>(&project, 1));
+}
+
 void register_backend(DeviceType type, Backend* backend) { registry()[static_cast<size_t>(type)] = backend; }
 
 Backend& backend_for(Device device) {
@@ -386,30 +393,48 @@ void rope_kv_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Te
       .rope_kv_write(ctx, q, k, v, positions, inv_freq, attention_factor, slots, cache);
 }
 
-void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
-               int32_t window, Tensor& out) {
-  expect_dtype(q, DType::kF32, "attention", "q");
-  expect_dtype(out, DType::kF32, "attention", "out");
-  expect_rank(q, 3, "attention", "q");
-  expect_kv_cache(cache, "attention");
+namespace {
+
+// attention's arguments (as `op`).
+Backend& expect_attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch,
+                          const Tensor& out, const char* op) {
+  expect_dtype(q, DType::kF32, op, "q");
+  expect_dtype(out, DType::kF32, op, "out");
+  expect_rank(q, 3, op, "q");
+  expect_kv_cache(cache, op);
   if (!(out.shape() == q.shape())) {
-    fail("attention", "expected out like q " + q.str() + ", got " + out.str());
+    fail(op, "expected out like q " + q.str() + ", got " + out.str());
   }
   if (!(cache.k.rank() == 4 && cache.k.shape() == cache.v.shape() && cache.k.dim(3) == q.dim(2) &&
         q.dim(1) % cache.k.dim(2) == 0)) {
-    fail("attention", "q " + q.str() + " does not fit cache " + cache.k.str() + " (GQA needs Hq % Hkv == 0)");
+    fail(op, "q " + q.str() + " does not fit cache " + cache.k.str() + " (GQA needs Hq % Hkv == 0)");
   }
-  expect_dtype(batch.seq_starts, DType::kI32, "attention", "seq_starts");
-  expect_dtype(batch.context_lens, DType::kI32, "attention", "context_lens");
-  expect_dtype(batch.block_tables, DType::kI32, "attention", "block_tables");
+  expect_dtype(batch.seq_starts, DType::kI32, op, "seq_starts");
+  expect_dtype(batch.context_lens, DType::kI32, op, "context_lens");
+  expect_dtype(batch.block_tables, DType::kI32, op, "block_tables");
   const int64_t n_seqs = batch.context_lens.dim(0);
   if (!(batch.seq_starts.shape() == Shape({n_seqs + 1}) && batch.block_tables.rank() == 2 &&
         batch.block_tables.dim(0) == n_seqs)) {
-    fail("attention", "batch metadata shapes disagree");
+    fail(op, "batch metadata shapes disagree");
   }
-  backend_on(ctx, "attention",
-             {&q, &cache.k, &cache.v, &batch.seq_starts, &batch.context_lens, &batch.block_tables, &out})
-      .attention(ctx, q, cache, batch, scale, window, out);
+  return backend_on(ctx, op,
+                    {&q, &cache.k, &cache.v, &batch.seq_starts, &batch.context_lens, &batch.block_tables, &out});
+}
+
+}  // namespace
+
+void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
+               int32_t window, Tensor& out) {
+  expect_attention(ctx, q, cache, batch, out, "attention").attention(ctx, q, cache, batch, scale, window, out);
+}
+
+void attention_project(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
+                       int32_t window, Tensor& out, const MatmulPart& project) {
+  Backend& b = expect_attention(ctx, q, cache, batch, out, "attention_project");
+  const Tensor x = out.reshape({out.dim(0), out.dim(1) * out.dim(2)});
+  expect_parts(ctx, x, std::span<const MatmulPart>(&project, 1), "attention_project");
+  if (project.y->raw() == out.raw()) fail("attention_project", "the projection writes the attention's output");
+  b.attention_project(ctx, q, cache, batch, scale, window, out, project);
 }
 
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) {

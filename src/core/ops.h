@@ -110,6 +110,14 @@ struct AttentionBatch {
 void attention(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
                int32_t window, Tensor& out);
 
+// attention, then `project`'s matmul of out as x: [T, Hq * Dh] (the layer's o projection,
+// usually accumulating into the residual); out holds the attention's output either way. One op
+// so that a backend may hand the output to the matvec in the form the matvec reads (the GPU's
+// 4/8-bit decode: rounded to int8 by the attention's last kernel, not by a launch of its own);
+// the default runs attention, then matmul_group.
+void attention_project(Context& ctx, const Tensor& q, const KvLayer& cache, const AttentionBatch& batch, float scale,
+                       int32_t window, Tensor& out, const MatmulPart& project);
+
 // gate, up: [T, F] f32 -> out: [T, F] f32 = silu(gate) * up (out may be gate).
 void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out);
 

@@ -34,8 +34,7 @@ void Attention::add_to(Context& ctx, Tensor& residual, const RmsNorm& norm, cons
   if (k_norm.defined()) ops::rms_norm(ctx, kh, k_norm.weight, k_norm.eps, kh);
   ops::rope_kv_write(ctx, qh, kh, vh, batch.positions, rope.inv_freq, rope.attention_factor, batch.slots, kv);
   Tensor attn = Tensor::empty(qh.shape(), DType::kF32, ctx.device);
-  ops::attention(ctx, qh, kv, batch.attn, scale, window, attn);
-  o.add_to(ctx, residual, attn.reshape({T, shape.n_heads * shape.head_dim}));
+  ops::attention_project(ctx, qh, kv, batch.attn, scale, window, attn, o.part(residual, true));
 }
 
 }  // namespace hearth

@@ -358,6 +358,56 @@ TEST(CudaOps, QuantizedMatvecTakesTheNormAndTheActivation) {
   }
 }
 
+// ops::attention_project through an MLX affine o projection (4 and 8 bits, groups of 32 to 128):
+// decode rows take the merge kernel's rounding of the attention's output (the KV-head kernel on
+// a bf16 cache, the per-head one on an f32 cache), bit-identical to attention then matmul_group,
+// output included; a prefill of 12 rows takes the default.
+TEST(CudaOps, AttentionProjectRoundsTheOutputForTheProjection) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(29);
+  Context ctx = gpu_ctx();
+  const int64_t Hq = 8, Hkv = 2, Dh = 128, block_size = 16, N = 96;
+  struct Batch {
+    std::vector<int32_t> q_lens, ctx_lens;
+  };
+  for (const Batch& b : {Batch{{1, 1, 1}, {5, 300, 130}}, Batch{{12}, {40}}}) {
+    const int64_t S = int64_t(b.q_lens.size());
+    std::vector<int32_t> starts = {0};
+    int64_t max_blocks = 0;
+    for (int64_t i = 0; i < S; ++i) {
+      starts.push_back(starts.back() + b.q_lens[size_t(i)]);
+      max_blocks = std::max(max_blocks, (b.ctx_lens[size_t(i)] + b.q_lens[size_t(i)] + block_size - 1) / block_size);
+    }
+    std::vector<int32_t> tables(size_t(S * max_blocks));
+    for (size_t i = 0; i < tables.size(); ++i) tables[i] = int32_t(i);
+    const int64_t T = starts.back(), n_blocks = S * max_blocks;
+    const ops::AttentionBatch batch{on_gpu_i32({S + 1}, starts), on_gpu_i32({S}, b.ctx_lens),
+                                    on_gpu_i32({S, max_blocks}, tables)};
+    const std::vector<float> k = random_floats(rng, size_t(n_blocks * block_size * Hkv * Dh)),
+                             v = random_floats(rng, k.size());
+    for (DType kv_type : {DType::kBF16, DType::kF32}) {
+      const ops::KvLayer cache{Tensor::from_f32({n_blocks, block_size, Hkv, Dh}, k.data()).to(kv_type).to_device(kGpu),
+                               Tensor::from_f32({n_blocks, block_size, Hkv, Dh}, v.data()).to(kv_type).to_device(kGpu)};
+      const Tensor q = on_gpu({T, Hq, Dh}, random_floats(rng, size_t(T * Hq * Dh), -2.0f, 2.0f));
+      for (const auto [bits, gs] : std::vector<std::array<int, 2>>{{4, 64}, {8, 32}, {4, 128}, {8, 64}}) {
+        const QuantizedMatrix w = on_gpu(random_affine(rng, N, Hq * Dh, bits, gs, DType::kBF16, false));
+        const Tensor bias = on_gpu({N}, random_floats(rng, size_t(N)));
+        const std::vector<float> y0 = random_floats(rng, size_t(T * N));
+        Tensor out = Tensor::empty({T, Hq, Dh}, DType::kF32, kGpu), y = on_gpu({T, N}, y0);
+        ops::attention_project(ctx, q, cache, batch, 0.09f, 0, out, ops::MatmulPart{nullptr, &bias, &y, &w, true});
+        Tensor out2 = Tensor::empty({T, Hq, Dh}, DType::kF32, kGpu), y2 = on_gpu({T, N}, y0);
+        ops::attention(ctx, q, cache, batch, 0.09f, 0, out2);
+        const ops::MatmulPart project{nullptr, &bias, &y2, &w, true};
+        ops::matmul_group(ctx, out2.reshape({T, Hq * Dh}), {&project, 1});
+        const std::string what = affine_name(bits, gs, DType::kBF16, false) + " cache " +
+                                 std::string(dtype_name(kv_type)) + " T=" + std::to_string(T);
+        EXPECT_EQ(to_host<float>(out), to_host<float>(out2)) << what;
+        EXPECT_EQ(to_host<float>(y), to_host<float>(y2)) << what;
+      }
+    }
+  }
+}
+
 TEST(CudaOps, QuantizedEmbeddingDequantizesRowsExactly) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(11);

@@ -5,6 +5,7 @@
 #include <array>
 #include <functional>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,45 @@ TEST(ops_checks, KvWriteAndAttentionShapes) {
         ops::attention(ctx, f32({3, 2, 8}), cache, batch, 1.0f, 0, out_bad);
       },
       {"attention", "[3, 2, 8]", "[3, 4, 8]"});
+}
+
+// attention_project: the attention into out, then the projection's matmul of out as [T, Hq * Dh]
+// adding to the residual; refused: a projection of the wrong width, one that writes out.
+TEST(ops_checks, AttentionProjectIsTheAttentionThenTheProjection) {
+  Context ctx;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  auto random = [&](const Shape& shape) {
+    Tensor t = f32(shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+    return t;
+  };
+  const ops::KvLayer cache{random({2, 16, 2, 8}), random({2, 16, 2, 8})};
+  const int32_t starts[] = {0, 2}, ctx_lens[] = {5}, table[] = {1, 0};
+  const ops::AttentionBatch batch{Tensor::from_i32({2}, starts), Tensor::from_i32({1}, ctx_lens),
+                                  Tensor::from_i32({1, 2}, table)};
+  const Tensor q = random({2, 4, 8}), w = random({6, 32}), bias = random({6}), residual = random({2, 6});
+  Tensor out = f32({2, 4, 8}), out2 = f32({2, 4, 8});
+  Tensor y = Tensor::from_f32({2, 6}, residual.data<float>()), want = Tensor::from_f32({2, 6}, residual.data<float>());
+  ops::attention_project(ctx, q, cache, batch, 0.3f, 0, out, ops::MatmulPart{&w, &bias, &y, nullptr, true});
+  ops::attention(ctx, q, cache, batch, 0.3f, 0, out2);
+  const ops::MatmulPart project{&w, &bias, &want, nullptr, true};
+  ops::matmul_group(ctx, out2.reshape({2, 32}), {&project, 1});
+  for (int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.data<float>()[i], out2.data<float>()[i]) << i;
+  for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.data<float>()[i], want.data<float>()[i]) << i;
+  const Tensor narrow = f32({6, 16});
+  expect_input_error(
+      [&] {
+        ops::attention_project(ctx, q, cache, batch, 0.3f, 0, out, ops::MatmulPart{&narrow, &bias, &y});
+      },
+      {"matmul", "[2, 32] x [6, 16]"});
+  const Tensor square = f32({32, 32}), no_bias;
+  Tensor flat = out.reshape({2, 32});
+  expect_input_error(
+      [&] {
+        ops::attention_project(ctx, q, cache, batch, 0.3f, 0, out, ops::MatmulPart{&square, &no_bias, &flat});
+      },
+      {"attention_project", "writes the attention's output"});
 }
 
 TEST(ops_checks, IsaKnob) {

@@ -24,6 +24,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/prepared_x.cuh"
 #include "backends/cuda/reduce.cuh"
 #include "base/error.h"
 
@@ -497,8 +498,12 @@ void launch_decode(cudaStream_t s, const AttentionArgs& a, float* partial, float
 // out[t, h] = sum_z partial_z e^(M_z - M) / sum_z L_z e^(M_z - M), one block per (row, head).
 // The splits that saw positions are a prefix (the empty ones are past the row's end); their
 // weights go to shared memory first, then each thread sums its dims over them with the loads
-// unrolled, so that they are in flight together.
-__global__ void attention_merge_kernel(const float* partial, const float2* stats, int64_t Hq, int64_t Dh, float* out) {
+// unrolled, so that they are in flight together. kBits (4 or 8; 0: none): the head's groups of
+// out also rounded into px as prepare_x_kernel rounds them (round_group), a warp a group, so
+// that the o projection's integer matvec needs no launch to round its x.
+template <int kBits>
+__global__ void attention_merge_kernel(const float* partial, const float2* stats, int64_t Hq, int64_t Dh, float* out,
+                                       PreparedX px, int group_size) {
   wait_for_previous(__func__);
   const int64_t th = blockIdx.x * Hq + blockIdx.y;
   __shared__ float weight[kSplits];
@@ -527,26 +532,39 @@ __global__ void attention_merge_kernel(const float* partial, const float2* stats
   }
   __syncthreads();
   const float* part = partial + th * kSplits * Dh;
+  __shared__ float head[kMaxDimsPerLane * 32];
   for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
     float o = 0.0f;
 #pragma unroll 8
     for (int z = 0; z < active; ++z) o += part[z * Dh + d] * weight[z];
     out[th * Dh + d] = o / total;
+    if constexpr (kBits != 0) head[d] = o / total;
+  }
+  if constexpr (kBits != 0) {
+    __syncthreads();
+    const int lane = threadIdx.x % 32, per_lane = group_size / 32;
+    for (int64_t g = threadIdx.x / 32; g < Dh / group_size; g += blockDim.x / 32) {
+      float v[kMaxGroupPerLane];
+#pragma unroll
+      for (int i = 0; i < kMaxGroupPerLane; ++i) v[i] = i < per_lane ? head[g * group_size + lane + 32 * i] : 0.0f;
+      round_group<kBits>(v, blockIdx.x, Hq * Dh, (blockIdx.y * Dh) / group_size + g, group_size, px);
+    }
   }
 }
 
+// Whether it wrote `rounding` (decode rows only).
 template <typename T>
-void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
-  if (attention_prefill_mma(s, a)) return;
+bool launch(cudaStream_t s, const AttentionArgs& a, void* scratch, const XRounding* rounding) {
+  if (attention_prefill_mma(s, a)) return false;
   if (a.T > kMatvecRows && a.Dh <= kTileMaxDh) {
     const dim3 grid(static_cast<unsigned>((a.T + kTileRows - 1) / kTileRows), static_cast<unsigned>(a.Hq));
     launch_kernel(attention_tile_kernel<T>, grid, kTileWarps * 32, 0, s, a);
-    return;
+    return false;
   }
   if (a.T > kMatvecRows) {
     launch_kernel(attention_kernel<T>, dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)),
                   kPrefillWarps * 32, 0, s, a);
-    return;
+    return false;
   }
   auto* partial = static_cast<float*>(scratch);
   auto* stats = reinterpret_cast<float2*>(partial + a.T * a.Hq * kSplits * a.Dh);
@@ -560,8 +578,17 @@ void launch(cudaStream_t s, const AttentionArgs& a, void* scratch) {
     const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq), kSplits);
     launch_kernel(attention_split_kernel<T>, grid, kSplitWarps * 32, 0, s, a, partial, stats);
   }
-  launch_kernel(attention_merge_kernel, dim3(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq)), 128, 0, s,
-                partial, stats, a.Hq, a.Dh, a.out);
+  const dim3 merge_grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.Hq));
+  if (rounding == nullptr) {
+    launch_kernel(attention_merge_kernel<0>, merge_grid, 128, 0, s, partial, stats, a.Hq, a.Dh, a.out, PreparedX{}, 0);
+    return false;
+  }
+  HEARTH_CHECK(rounding->group_size % 32 == 0 && rounding->group_size <= 32 * kMaxGroupPerLane &&
+               a.Dh % rounding->group_size == 0 && (rounding->bits == 4 || rounding->bits == 8));
+  const PreparedX px = prepared_x(rounding->scratch, a.T, a.Hq * a.Dh, rounding->group_size);
+  launch_kernel(rounding->bits == 4 ? attention_merge_kernel<4> : attention_merge_kernel<8>, merge_grid, 128, 0, s,
+                partial, stats, a.Hq, a.Dh, a.out, px, rounding->group_size);
+  return true;
 }
 
 }  // namespace
@@ -570,13 +597,13 @@ int64_t attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Dh) {
   return T > kMatvecRows ? 0 : T * Hq * kSplits * (Dh + 2) * static_cast<int64_t>(sizeof(float));
 }
 
-void attention(cudaStream_t s, const AttentionArgs& a, void* scratch) {
-  if (a.T == 0 || a.Hq == 0) return;
+bool attention(cudaStream_t s, const AttentionArgs& a, void* scratch, const XRounding* rounding) {
+  if (a.T == 0 || a.Hq == 0) return false;
   HEARTH_CHECK(a.Dh <= 32 * kMaxDimsPerLane);
   switch (a.kv_dtype) {
-    case DType::kF16: launch<__half>(s, a, scratch); break;
-    case DType::kBF16: launch<__nv_bfloat16>(s, a, scratch); break;
-    default: launch<float>(s, a, scratch); break;
+    case DType::kF16: return launch<__half>(s, a, scratch, rounding);
+    case DType::kBF16: return launch<__nv_bfloat16>(s, a, scratch, rounding);
+    default: return launch<float>(s, a, scratch, rounding);
   }
 }
 

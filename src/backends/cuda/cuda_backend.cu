@@ -227,12 +227,30 @@ class CudaBackend final : public Backend {
 
   void attention(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
                  float scale, int32_t window, Tensor& out) override {
-    const AttentionArgs a = attention_args(q, cache, batch, scale, window, out);
-    if (a.Dh > 256) throw Unsupported("attention: head dim " + std::to_string(a.Dh) + " over 256 on CUDA");
-    Tensor scratch;
-    if (const int64_t bytes = attention_scratch_bytes(a.T, a.Hq, a.Dh); bytes > 0)
-      scratch = Tensor::empty({bytes}, DType::kU8, ctx.device);
-    cuda::attention(use_device(ctx.device), a, scratch.defined() ? scratch.raw() : nullptr);
+    attend(ctx, q, cache, batch, scale, window, out, nullptr);
+  }
+
+  // Decode rows through one MLX affine matrix that the integer kernels take (the o projection of
+  // a 4/8-bit model): the attention's merge kernel also rounds its output to int8 as that matvec
+  // reads it (cuda::XRounding), one launch fewer per layer; else the default.
+  void attention_project(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch,
+                         float scale, int32_t window, Tensor& out, const ops::MatmulPart& project) override {
+    const Tensor x = out.reshape({out.dim(0), out.dim(1) * out.dim(2)});
+    const std::span<const ops::MatmulPart> parts(&project, 1);
+    if (takes_integer_decode(x, parts)) {
+      AffineLaunch L(ctx, x, parts);
+      const QuantArgs& w = L.parts[0].w;
+      if ((w.bits == 4 || w.bits == 8) && w.group_size % 32 == 0 && w.group_size <= 128 &&
+          q.dim(2) % w.group_size == 0) {
+        const XRounding rounding{L.scratch.raw(), static_cast<int>(w.group_size), static_cast<int>(w.bits)};
+        XSource src{x.data<float>()};
+        src.rounded = attend(ctx, q, cache, batch, scale, window, out, &rounding);
+        if (!cuda::quantized_matvec_group(use_device(ctx.device), src, x.dim(0), L.parts.data(), L.n, L.scratch.raw()))
+          matmul_group(ctx, x, parts);
+        return;
+      }
+    }
+    Backend::attention_project(ctx, q, cache, batch, scale, window, out, project);
   }
 
   void silu_mul(Context& ctx, const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -259,6 +277,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // cuda::attention (with `rounding`: whether it wrote it).
+  bool attend(Context& ctx, const Tensor& q, const ops::KvLayer& cache, const ops::AttentionBatch& batch, float scale,
+              int32_t window, Tensor& out, const XRounding* rounding) {
+    const AttentionArgs a = attention_args(q, cache, batch, scale, window, out);
+    if (a.Dh > 256) throw Unsupported("attention: head dim " + std::to_string(a.Dh) + " over 256 on CUDA");
+    Tensor scratch;
+    if (const int64_t bytes = attention_scratch_bytes(a.T, a.Hq, a.Dh); bytes > 0)
+      scratch = Tensor::empty({bytes}, DType::kU8, ctx.device);
+    return cuda::attention(use_device(ctx.device), a, scratch.defined() ? scratch.raw() : nullptr, rounding);
+  }
+
   // The device's error word (kernels.h), zeroed when first used.
   Tensor& error_word(Device device) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -132,6 +132,7 @@ struct XSource {
   const float* up = nullptr;
   const float* norm_w = nullptr;
   float eps = 0.0f;
+  bool rounded = false;  // x is also in the scratch already, rounded (attention with an XRounding)
 };
 // quantized_matvec_group of x made from src, where all parts go through the integer kernels in
 // one launch; false, launching nothing, where they do not.
@@ -162,8 +163,17 @@ void ggml_rows(cudaStream_t s, const GgmlArgs& w, const int32_t* ids, int64_t T,
 int64_t ggml_matmul_scratch_bytes(int64_t T, const GgmlArgs& w);
 
 using AttentionArgs = hearth::AttentionArgs;  // core/attention_args.h
+// Where attention leaves its output also rounded to int8 for a 4/8-bit integer matvec of it:
+// `scratch` as that matvec's (quantized_scratch_bytes), groups of group_size (32 to 128,
+// dividing Dh), codes of `bits` (4 or 8); then XSource::rounded.
+struct XRounding {
+  void* scratch;
+  int group_size, bits;
+};
 // Varlen paged attention with GQA (core/ops.h), Dh <= 256. scratch: attention_scratch_bytes.
-void attention(cudaStream_t s, const AttentionArgs& args, void* scratch);
+// With `rounding`, decode rows (T <= kMatvecRows) also write it, and true is returned; other
+// rows do not (false).
+bool attention(cudaStream_t s, const AttentionArgs& args, void* scratch, const XRounding* rounding = nullptr);
 int64_t attention_scratch_bytes(int64_t T, int64_t Hq, int64_t Dh);
 
 }  // namespace hearth::cuda

@@ -29,7 +29,8 @@ inline PreparedX prepared_x(void* scratch, int64_t T, int64_t K, int group_size)
 
 namespace {
 
-constexpr int kPrepareWarps = 8;  // per block of prepare_x_kernel
+constexpr int kPrepareWarps = 8;     // per block of prepare_x_kernel
+constexpr int kMaxGroupPerLane = 4;  // groups of up to 128 values, a warp's lanes taking 4 each
 
 // Where element k of a row goes in xq: 4-bit words take each 8 codes' even then odd ones.
 template <int kBits>
@@ -42,6 +43,36 @@ __device__ inline int64_t xq_index(int64_t k) {
   }
 }
 
+// Warp-wide: group g of row t (lane's values v[i] = x[t, g * group_size + lane + 32 i], i <
+// group_size / 32) rounded into out: xq, and the group's dx and exact sum.
+template <int kBits>
+__device__ inline void round_group(const float (&v)[kMaxGroupPerLane], int64_t t, int64_t K, int64_t g, int group_size,
+                                   const PreparedX& out) {
+  const int lane = threadIdx.x % 32, per_lane = group_size / 32;
+  float m = 0.0f, sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxGroupPerLane; ++i) {
+    if (i >= per_lane) break;
+    m = fmaxf(m, fabsf(v[i]));
+    sum += v[i];
+  }
+  m = warp_max(m);
+  sum = warp_sum(sum);
+  const float scale = m > 0.0f ? 127.0f / m : 0.0f;
+  int8_t* q = out.q + t * K + g * group_size;
+#pragma unroll
+  for (int i = 0; i < kMaxGroupPerLane; ++i) {
+    if (i >= per_lane) break;
+    // Round to nearest even, as the CPU's conversion does (no fused multiply-add before it).
+    q[xq_index<kBits>(lane + 32 * i)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v[i], scale)));
+  }
+  if (lane == 0) {
+    const int64_t G = K / group_size;
+    out.dx[t * G + g] = m / 127.0f;
+    out.sum[t * G + g] = sum;
+  }
+}
+
 // Grid (ceil(G / kPrepareWarps), T): warp w of block (b, t) takes group b * kPrepareWarps + w of
 // row t of x: [T, K]. 4-bit codes take each 8 values' even then odd ones (xq_index), others
 // natural order. With a norm, every block first sums the squares of its whole row, as the
@@ -49,24 +80,23 @@ __device__ inline int64_t xq_index(int64_t k) {
 // normalized with the same factor.
 template <int kBits>
 __global__ void prepare_x_kernel(XSource src, int64_t K, int group_size, PreparedX out) {
-  constexpr int kMaxPerLane = 4;  // groups of up to 128
   const int64_t G = K / group_size, t = blockIdx.y,
                 g = blockIdx.x * static_cast<int64_t>(kPrepareWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32, per_lane = group_size / 32;
   const int64_t first = g * group_size;
   // The norm's weights before the wait: no kernel writes them.
-  float w[kMaxPerLane];
+  float w[kMaxGroupPerLane];
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kMaxGroupPerLane; ++i) {
     w[i] = src.norm_w != nullptr && g < G && i < per_lane ? src.norm_w[first + lane + 32 * i] : 1.0f;
   }
   wait_for_previous(__func__);
   const float* xr = src.x + t * K;
   // The lane's values of its group (and of up), asked for before the norm's reduction, so that
   // they and the row's loads for the sum of squares are in flight together.
-  float v[kMaxPerLane], u[kMaxPerLane];
+  float v[kMaxGroupPerLane], u[kMaxGroupPerLane];
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kMaxGroupPerLane; ++i) {
     const bool mine = g < G && i < per_lane;
     v[i] = mine ? xr[first + lane + 32 * i] : 0.0f;
     u[i] = mine && src.up != nullptr ? src.up[t * K + first + lane + 32 * i] : 0.0f;
@@ -77,34 +107,14 @@ __global__ void prepare_x_kernel(XSource src, int64_t K, int group_size, Prepare
   const float inv = src.norm_w != nullptr ? inverse_rms(xr, K, src.eps, vec4) : 1.0f;
   if (g >= G) return;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kMaxGroupPerLane; ++i) {
     if (src.up != nullptr) {
       v[i] = v[i] / (1.0f + expf(-v[i])) * u[i];
     } else if (src.norm_w != nullptr) {
       v[i] = w[i] * (v[i] * inv);
     }
   }
-  float m = 0.0f, sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    if (i >= per_lane) break;
-    m = fmaxf(m, fabsf(v[i]));
-    sum += v[i];
-  }
-  m = warp_max(m);
-  sum = warp_sum(sum);
-  const float scale = m > 0.0f ? 127.0f / m : 0.0f;
-  int8_t* q = out.q + t * K + first;
-#pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    if (i >= per_lane) break;
-    // Round to nearest even, as the CPU's conversion does (no fused multiply-add before it).
-    q[xq_index<kBits>(lane + 32 * i)] = static_cast<int8_t>(__float2int_rn(__fmul_rn(v[i], scale)));
-  }
-  if (lane == 0) {
-    out.dx[t * G + g] = m / 127.0f;
-    out.sum[t * G + g] = sum;
-  }
+  round_group<kBits>(v, t, K, g, group_size, out);
 }
 
 static_assert(kPrepareWarps * 32 == kRowThreads, "a block sums a row's squares as the norm kernel does");
@@ -112,7 +122,7 @@ static_assert(kPrepareWarps * 32 == kRowThreads, "a block sums a row's squares a
 // Queues prepare_x_kernel for src ([T, K] values) into scratch; returns where it lands.
 template <int kBits>
 PreparedX prepare_x(cudaStream_t s, const XSource& src, int64_t T, int64_t K, int group_size, void* scratch) {
-  HEARTH_CHECK(group_size % 32 == 0 && group_size <= 128);  // prepare_x_kernel's kMaxPerLane
+  HEARTH_CHECK(group_size % 32 == 0 && group_size <= 128);  // prepare_x_kernel's kMaxGroupPerLane
   const PreparedX px = prepared_x(scratch, T, K, group_size);
   const int64_t G = K / group_size;
   const dim3 grid(static_cast<unsigned>((G + kPrepareWarps - 1) / kPrepareWarps), static_cast<unsigned>(T));

@@ -340,7 +340,9 @@ bool matvec_one_row(cudaStream_t s, const QuantLaunch& L, const PreparedX& px, b
 
 template <int kBits, typename S>
 void matvec_dp4a(cudaStream_t s, const XSource& x, int64_t T, const QuantLaunch& L, void* scratch) {
-  const PreparedX px = prepare_x<kBits>(s, x, T, L.K, static_cast<int>(L.K / L.G), scratch);
+  const int group_size = static_cast<int>(L.K / L.G);
+  const PreparedX px =
+      x.rounded ? prepared_x(scratch, T, L.K, group_size) : prepare_x<kBits>(s, x, T, L.K, group_size, scratch);
   constexpr DType scale_type = std::is_same_v<S, float>    ? DType::kF32
                                : std::is_same_v<S, __half> ? DType::kF16
                                                            : DType::kBF16;
