@@ -63,18 +63,22 @@ int64_t chunk_begin(int64_t n, uint64_t i, uint64_t count) {
 // it names, so a thread that wakes late cannot touch a finished job.
 void ThreadPool::work(uint32_t job) {
   uint64_t v = next_.load();
+  int done = 0;  // chunks this thread ran, counted into chunks_done_ once, as it leaves
+  uint64_t count = 0;
   while (true) {
-    const uint64_t index = v & 0xffff, count = (v >> 16) & 0xffff;
-    if ((v >> 32) != job || index >= count) return;
+    const uint64_t index = v & 0xffff;
+    count = (v >> 16) & 0xffff;
+    if ((v >> 32) != job || index >= count) break;
     if (!next_.compare_exchange_weak(v, v + 1)) continue;
     // The job cannot finish before this chunk does, so fn_ and n_ stay valid.
     const int64_t begin = chunk_begin(n_, index, count), end = chunk_begin(n_, index + 1, count);
     if (begin < end) (*fn_)(begin, end);
-    if (chunks_done_.fetch_add(1) + 1 == static_cast<int>(count)) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_.notify_one();
-    }
+    ++done;
     v = next_.load();
+  }
+  if (done > 0 && chunks_done_.fetch_add(done) + done == static_cast<int>(count)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_.notify_one();
   }
 }
 

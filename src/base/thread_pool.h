@@ -44,8 +44,10 @@ class ThreadPool {
   // The current job, written before generation_ is bumped.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  std::atomic<uint64_t> next_{0};  // job id | chunk count | next chunk (see work())
-  std::atomic<int> chunks_done_{0};
+  // Each on its own cache line: both threads write them in every loop, and the spinning
+  // workers read generation_ (the line above) all the while.
+  alignas(64) std::atomic<uint64_t> next_{0};  // job id | chunk count | next chunk (see work())
+  alignas(64) std::atomic<int> chunks_done_{0};
 };
 
 }  // namespace hearth
