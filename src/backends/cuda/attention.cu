@@ -537,8 +537,9 @@ __global__ void attention_merge_kernel(const float* partial, const float2* stats
     float o = 0.0f;
 #pragma unroll 8
     for (int z = 0; z < active; ++z) o += part[z * Dh + d] * weight[z];
-    out[th * Dh + d] = o / total;
-    if constexpr (kBits != 0) head[d] = o / total;
+    const float y = o / total;
+    out[th * Dh + d] = y;
+    if constexpr (kBits != 0) head[d] = y;
   }
   if constexpr (kBits != 0) {
     __syncthreads();

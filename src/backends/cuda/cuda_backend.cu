@@ -238,11 +238,11 @@ class CudaBackend final : public Backend {
     const Tensor x = out.reshape({out.dim(0), out.dim(1) * out.dim(2)});
     const std::span<const ops::MatmulPart> parts(&project, 1);
     if (takes_integer_decode(x, parts)) {
-      AffineLaunch L(ctx, x, parts);
-      const QuantArgs& w = L.parts[0].w;
+      const QuantSpec& w = project.qw->spec;
       if ((w.bits == 4 || w.bits == 8) && w.group_size % 32 == 0 && w.group_size <= 128 &&
           q.dim(2) % w.group_size == 0) {
-        const XRounding rounding{L.scratch.raw(), static_cast<int>(w.group_size), static_cast<int>(w.bits)};
+        AffineLaunch L(ctx, x, parts);
+        const XRounding rounding{L.scratch.raw(), w.group_size, w.bits};
         XSource src{x.data<float>()};
         src.rounded = attend(ctx, q, cache, batch, scale, window, out, &rounding);
         if (!cuda::quantized_matvec_group(use_device(ctx.device), src, x.dim(0), L.parts.data(), L.n, L.scratch.raw()))
