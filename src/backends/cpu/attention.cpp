@@ -447,17 +447,19 @@ struct RowHead {
     // registers, reads each block once per pair, 2 KiB apart: it was faster at short spans only
     // while the state's heads split cache lines (bench/RESULTS.md, stop 35).
     uintptr_t last_v_page = 0;
+    // Running pointers (the state's sums, the probabilities, the KV head's rows), advanced per
+    // head pair: indices recomputed at each pair spilled general registers to the stack.
     auto v_rows = [&]<int kR>(int64_t j, const Elem* rowp) HEARTH_AVX512 {
-      for (int64_t pair = 0, kv_head = 0, left = group; pair < pairs; ++pair) {
-        const int64_t h0 = pair * kG;
-        float* sums_of = state + h0 * state_width(Dh);
+      const float* probs = scores_of + (j - j0) * width;  // position r's head h at probs[r * width + h]
+      float* sums_of = state;
+      const Elem* v = rowp;
+      for (int64_t pair = 0, left = group; pair < pairs; ++pair, sums_of += kG * state_width(Dh), probs += kG) {
         __m512 o[kG][kD], p[kR][kG];
         for (int g = 0; g < kG; ++g) {
           for (int i = 0; i < kD; ++i) o[g][i] = _mm512_load_ps(sums_of + g * state_width(Dh) + 16 * i);
         }
         for (int r = 0; r < kR; ++r)
-          for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(scores_of[(j - j0 + r) * width + h0 + g]);
-        const Elem* v = rowp + kv_head * Dh;
+          for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(probs[r * width + g]);
         for (int i = 0; i < kD; ++i) {
           for (int r = 0; r < kR; ++r) {
             const __m512 vr = simd::load16<KT>(v + r * stride, 16 * i, 0xffff);
@@ -469,7 +471,7 @@ struct RowHead {
         }
         left -= kG;
         if (left == 0) {
-          ++kv_head;
+          v += Dh;
           left = group;
         }
       }
