@@ -142,11 +142,6 @@ ops::MatmulPart Linear::part(Tensor& y, bool accumulate) const {
                            : ops::MatmulPart{&weight, &bias, &y, nullptr, accumulate};
 }
 
-void Linear::add_to(Context& ctx, Tensor& y, const Tensor& x) const {
-  const ops::MatmulPart p = part(y, true);
-  ops::matmul_group(ctx, x, std::span<const ops::MatmulPart>(&p, 1));
-}
-
 std::vector<Tensor> Linear::forward_group(Context& ctx, const Tensor& x, std::initializer_list<const Linear*> layers,
                                           const RmsNorm* norm) {
   std::vector<Tensor> ys;

@@ -68,8 +68,6 @@ struct Linear {
   int64_t out_features() const { return qweight.defined() ? qweight.rows : weight.dim(0); }
   // x: [T, in] -> [T, out]
   Tensor forward(Context& ctx, const Tensor& x) const;
-  // y: [T, out] += forward(x) (a residual connection; the GPU adds it as it writes y).
-  void add_to(Context& ctx, Tensor& y, const Tensor& x) const;
   // This layer as a part of a matmul group writing y (adding to it where it accumulates).
   ops::MatmulPart part(Tensor& y, bool accumulate = false) const;
   // The same x through several layers (q, k, v; gate, up): their outputs, in order, from one
