@@ -233,6 +233,7 @@ PanelLayout panel_layout(int64_t K, int bits, int group_size, DType param_type, 
   l.code_bytes = int64_t{group_size} * bits / 8 * 16;
   l.param_size = static_cast<int64_t>(dtype_size(param_type));
   l.biases = biases;
+  l.paired = biases && param_type == DType::kBF16;
   l.param_bytes = 16 * l.param_size * (biases ? 2 : 1);
   l.unit = panel_unit(l.param_bytes);
   l.unit_bytes = l.unit * (l.code_bytes + l.param_bytes);
@@ -242,7 +243,7 @@ PanelLayout panel_layout(int64_t K, int bits, int group_size, DType param_type, 
 }
 
 float panel_param(const uint8_t* panels, const PanelLayout& l, DType param_type, int64_t n, int64_t g, int which) {
-  return load(panels + n / 16 * l.panel_bytes + l.params_at(g) + (which * 16 + n % 16) * l.param_size, param_type);
+  return load(panels + n / 16 * l.panel_bytes + l.params_at(g) + l.param_offset(n % 16, which), param_type);
 }
 
 QuantizedMatrix affine_to_panels(const QuantizedMatrix& q) {
@@ -279,10 +280,11 @@ QuantizedMatrix affine_to_panels(const QuantizedMatrix& q) {
         }
         std::memcpy(lane + j * 64, &w, 4);
       }
-      uint8_t* params = panel + l.params_at(g) + n % 16 * es;
+      uint8_t* params = panel + l.params_at(g);
       const size_t at = static_cast<size_t>(n * groups + g) * es;
-      std::memcpy(params, static_cast<const uint8_t*>(q.scales.raw()) + at, es);
-      if (out.param_biases) std::memcpy(params + 16 * es, static_cast<const uint8_t*>(q.biases.raw()) + at, es);
+      std::memcpy(params + l.param_offset(n % 16, 0), static_cast<const uint8_t*>(q.scales.raw()) + at, es);
+      if (out.param_biases)
+        std::memcpy(params + l.param_offset(n % 16, 1), static_cast<const uint8_t*>(q.biases.raw()) + at, es);
     }
   }
   return out;

@@ -101,12 +101,18 @@ struct PanelLayout {
   int64_t unit_bytes = 0;   // a whole unit
   int64_t panel_bytes = 0;  // a panel: its units, the last one possibly short, rounded up to 64 bytes
   bool biases = true;
+  // bf16 scales with biases go in pairs, 32 bits per row (scale low, bias high), so that both
+  // widen to f32 with one instruction each (a shift, a mask); other types: 16 scales, then 16
+  // biases.
+  bool paired = false;
   int64_t codes_at(int64_t g) const { return g / unit * unit_bytes + g % unit * code_bytes; }
-  // The group's 16 scales; its biases follow them.
+  // Where a group's parameters start.
   int64_t params_at(int64_t g) const {
     const int64_t u = g / unit;
     return u * unit_bytes + std::min(unit, groups - u * unit) * code_bytes + g % unit * param_bytes;
   }
+  // Where row r's (r < 16) scale (which = 0) or bias (which = 1) lies among its group's parameters.
+  int64_t param_offset(int64_t r, int which) const { return (paired ? 2 * r + which : which * 16 + r) * param_size; }
 };
 // Groups per unit for a group's parameter bytes: pairs where they are 32, so that every run of
 // codes or parameters stays whole 64-byte lines.

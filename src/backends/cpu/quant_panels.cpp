@@ -13,7 +13,7 @@
 // results come out as one vector: no horizontal sums, no per-lane scale shuffles.
 //
 // Decode (T <= kVnniDecodeRows): each panel is read once for all x rows, as one stream, left to
-// the hardware prefetchers but for the first lines of each 4 KiB page (prefetch_page_ahead).
+// the hardware prefetchers but for the first lines of each 4 KiB page (PagePrefetchCadence).
 // Prefetching every line 4 KiB ahead (into L2; into L1 was worse) held the stream to ~40 GB/s
 // when the host reads 55-60, against ~50 without it (bench/RESULTS.md, 2026-12-04, stop 26).
 //
@@ -100,11 +100,20 @@ HEARTH_VNNI inline __m512 symmetric_biases(__m512 scale) {
   return _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
 }
 
-// The 16 lanes' biases of the group, which follow its scales.
+// Paired bf16 parameters (PanelLayout::paired): 32 bits per row, scale in the low half, bias in
+// the high half, each widened to f32 by one instruction with the load folded in.
+HEARTH_VNNI inline void load_paired(const uint8_t* params, __m512& scale, __m512& bias) {
+  const auto* v = reinterpret_cast<const __m512i*>(params);
+  scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(v), 16));
+  bias = _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(v), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// The 16 lanes' scales and biases of a group, the format read at run time.
 template <int kBits>
-HEARTH_VNNI inline __m512 load_biases(const AffineMatrix& w, __m512 scale, const uint8_t* params) {
-  if (!w.panel.biases) return symmetric_biases<kBits>(scale);
-  return load_scales(params + 16 * w.panel.param_size, w.scale_type);
+HEARTH_VNNI inline void load_any_params(const AffineMatrix& w, const uint8_t* params, __m512& scale, __m512& bias) {
+  if (w.panel.paired) return load_paired(params, scale, bias);
+  scale = load_scales(params, w.scale_type);
+  bias = w.panel.biases ? load_scales(params + 16 * w.panel.param_size, w.scale_type) : symmetric_biases<kBits>(scale);
 }
 
 // visit(g, codes, params) for the groups of a panel in order, each group's codes and
@@ -158,11 +167,9 @@ template <ParamKind kKind, int kBits>
 HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params, __m512& scale, __m512& bias) {
   const auto* h = reinterpret_cast<const uint16_t*>(params);
   if constexpr (kKind == ParamKind::kRuntime) {
-    scale = load_scales(params, w.scale_type);
-    bias = load_biases<kBits>(w, scale, params);
+    load_any_params<kBits>(w, params, scale, bias);
   } else if constexpr (kKind == ParamKind::kBf16) {
-    scale = simd::load16_bf16(h, 0xffff);
-    bias = simd::load16_bf16(h + 16, 0xffff);
+    load_paired(params, scale, bias);
   } else if constexpr (kKind == ParamKind::kF16) {
     scale = simd::load16_f16(h, 0xffff);
     bias = simd::load16_f16(h + 16, 0xffff);
@@ -177,6 +184,18 @@ HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params
 // more instruction and register per step.
 HEARTH_VNNI inline __m512i dpbusd_broadcast(__m512i acc, __m512i a, const int8_t* x) {
   __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
+}
+
+// acc + a * x (x broadcast by the instruction itself), and acc + a * b, both into acc's own
+// register: GCC picks the form that overwrites a and then copies it back, one more instruction
+// per group in the one-row decode.
+HEARTH_VNNI inline __m512 fmadd_broadcast(__m512 acc, __m512 a, const float* x) {
+  __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*x));
+  return acc;
+}
+HEARTH_VNNI inline __m512 fmadd_into(__m512 acc, __m512 a, __m512 b) {
+  __asm__("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
   return acc;
 }
 
@@ -242,20 +261,23 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
   constexpr int64_t kGroupSize = kSteps * kPerStep;
   const int64_t K = x.K, groups = x.groups;
   const auto* codes = reinterpret_cast<const uint8_t*>(w.packed);
-  uintptr_t last_page = 0;
+  // The longest step from one group's codes to the next's.
+  PagePrefetchCadence cadence(w.panel.code_bytes + w.panel.unit * w.panel.param_bytes);
   for (int64_t p = p0; p < p1; ++p) {
     __m512 acc[kT];
     for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
+    const int8_t* xq = x.q.data();  // group g's first element of x row 0, by a running pointer
     auto group = [&](int64_t g, const uint8_t* src, const uint8_t* params) HEARTH_VNNI {
       __m512i dot[kT];
-      prefetch_page_ahead(src, last_page);
-      group_dots<kBits, kT, kSteps>(src, x.q.data() + g * kGroupSize, K, dot);
+      cadence.step(src);
+      group_dots<kBits, kT, kSteps>(src, xq, K, dot);
+      xq += kGroupSize;
       __m512 scale, b;
       load_params<kKind, kBits>(w, params, scale, b);
       for (int t = 0; t < kT; ++t) {
         const size_t tg = static_cast<size_t>(t * groups + g);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
-        acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(x.xsum[tg]), acc[t]);
+        acc[t] = fmadd_into(acc[t], _mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])));
+        acc[t] = fmadd_broadcast(acc[t], b, &x.xsum[tg]);
       }
     };
     const uint8_t* panel = codes + p * w.panel.panel_bytes;
@@ -351,8 +373,8 @@ HEARTH_VNNI void gemm_tile(const PreparedX& x, const PanelPart& part, int64_t p,
       }
     }
     for (int r = 0; r < kR; ++r) {
-      const __m512 scale = load_scales(params + r * panel_bytes, w.scale_type);
-      const __m512 b = load_biases<kBits>(w, scale, params + r * panel_bytes);
+      __m512 scale, b;
+      load_any_params<kBits>(w, params + r * panel_bytes, scale, b);
       for (int t = 0; t < kTT; ++t) {
         const size_t tg = static_cast<size_t>((t0 + t) * groups + g);
         const __m512 d = _mm512_cvtepi32_ps(isum[r][t]);
