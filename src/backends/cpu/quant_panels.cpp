@@ -187,15 +187,11 @@ HEARTH_VNNI inline __m512i dpbusd_broadcast(__m512i acc, __m512i a, const int8_t
   return acc;
 }
 
-// acc + a * x (x broadcast by the instruction itself), and acc + a * b, both into acc's own
-// register: GCC picks the form that overwrites a and then copies it back, one more instruction
-// per group in the one-row decode.
+// acc + a * x, x broadcast by the instruction itself, into acc's own register: left to itself
+// GCC picks the form that overwrites a and copies the sum back, one more instruction per group
+// in the one-row decode.
 HEARTH_VNNI inline __m512 fmadd_broadcast(__m512 acc, __m512 a, const float* x) {
   __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*x));
-  return acc;
-}
-HEARTH_VNNI inline __m512 fmadd_into(__m512 acc, __m512 a, __m512 b) {
-  __asm__("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
   return acc;
 }
 
@@ -276,7 +272,7 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
       load_params<kKind, kBits>(w, params, scale, b);
       for (int t = 0; t < kT; ++t) {
         const size_t tg = static_cast<size_t>(t * groups + g);
-        acc[t] = fmadd_into(acc[t], _mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
         acc[t] = fmadd_broadcast(acc[t], b, &x.xsum[tg]);
       }
     };
