@@ -162,19 +162,24 @@ ParamKind param_kind(const AffineMatrix& w) {
 
 constexpr int64_t param_bytes_of(ParamKind k) { return k == ParamKind::kF16Symmetric ? 32 : 64; }
 
+// 16 f16 values as f32, the load folded into the conversion (a masked load is one more
+// instruction).
+HEARTH_VNNI inline __m512 load16_f16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // A group's 16 scales and biases as f32.
 template <ParamKind kKind, int kBits>
 HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params, __m512& scale, __m512& bias) {
-  const auto* h = reinterpret_cast<const uint16_t*>(params);
   if constexpr (kKind == ParamKind::kRuntime) {
     load_any_params<kBits>(w, params, scale, bias);
   } else if constexpr (kKind == ParamKind::kBf16) {
     load_paired(params, scale, bias);
   } else if constexpr (kKind == ParamKind::kF16) {
-    scale = simd::load16_f16(h, 0xffff);
-    bias = simd::load16_f16(h + 16, 0xffff);
+    scale = load16_f16(params);
+    bias = load16_f16(params + 32);
   } else {
-    scale = simd::load16_f16(h, 0xffff);
+    scale = load16_f16(params);
     bias = symmetric_biases<kBits>(scale);
   }
 }
