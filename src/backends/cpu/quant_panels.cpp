@@ -42,8 +42,13 @@ constexpr int64_t kTChunk = 64;  // x rows per prefill chunk
 struct PreparedX {
   int64_t T = 0, K = 0, groups = 0;
   int group_size = 0;
-  std::vector<int8_t> q;        // [T, K]
-  std::vector<float> dx, xsum;  // [T, groups]
+  std::vector<int8_t> q;  // [T, K]
+  // [T, groups]: dx, and each group's exact sum of x times the matrix's bias factor: 1, or for
+  // symmetric codes (no biases: w = s (q - 2^(bits-1))) the zero point -2^(bits-1), so that
+  // the bias term is s * xsum either way and symmetric groups multiply nothing more. Exact:
+  // the factor is a power of two, so (-8 s) * sum and s * (-8 sum) are the same product.
+  std::vector<float> dx, xsum;
+  float sum_factor = 1.0f;
 };
 
 HEARTH_VNNI void prepare_row(const float* x, PreparedX& p, int64_t t) {
@@ -59,7 +64,7 @@ HEARTH_VNNI void prepare_row(const float* x, PreparedX& p, int64_t t) {
     }
     const float m = _mm512_reduce_max_ps(amax);
     p.dx[static_cast<size_t>(t * p.groups + g)] = m / 127.0f;
-    p.xsum[static_cast<size_t>(t * p.groups + g)] = _mm512_reduce_add_ps(sum);
+    p.xsum[static_cast<size_t>(t * p.groups + g)] = _mm512_reduce_add_ps(sum) * p.sum_factor;
     const __m512 inv = _mm512_set1_ps(m > 0 ? 127.0f / m : 0.0f);
     for (int64_t k = 0; k < gs; k += 16) {
       // Round to nearest (even), as lrint does under the default rounding mode.
@@ -77,6 +82,7 @@ void prepare_x(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& 
   p.q.resize(static_cast<size_t>(T * w.K));
   p.dx.resize(static_cast<size_t>(T * p.groups));
   p.xsum.resize(p.dx.size());
+  p.sum_factor = w.panel.biases ? 1.0f : -static_cast<float>(1 << (w.bits - 1));
   auto rows = [&](int64_t a, int64_t b) {
     for (int64_t t = a; t < b; ++t) prepare_row(x + t * w.K, p, t);
   };
@@ -94,12 +100,6 @@ HEARTH_VNNI inline __m512 load_scales(const uint8_t* params, DType t) {
   return t == DType::kBF16 ? simd::load16_bf16(h, 0xffff) : simd::load16_f16(h, 0xffff);
 }
 
-// Symmetric codes (no biases): w = s (q - 2^(bits-1)), so the bias is -2^(bits-1) s.
-template <int kBits>
-HEARTH_VNNI inline __m512 symmetric_biases(__m512 scale) {
-  return _mm512_mul_ps(scale, _mm512_set1_ps(-static_cast<float>(1 << (kBits - 1))));
-}
-
 // Paired bf16 parameters (PanelLayout::paired): 32 bits per row, scale in the low half, bias in
 // the high half, each widened to f32 by one instruction with the load folded in.
 HEARTH_VNNI inline void load_paired(const uint8_t* params, __m512& scale, __m512& bias) {
@@ -108,12 +108,12 @@ HEARTH_VNNI inline void load_paired(const uint8_t* params, __m512& scale, __m512
   bias = _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(v), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
-// The 16 lanes' scales and biases of a group, the format read at run time.
-template <int kBits>
+// The 16 lanes' scales and biases of a group, the format read at run time. Symmetric codes
+// take the scale as their bias: PreparedX::xsum carries the zero point.
 HEARTH_VNNI inline void load_any_params(const AffineMatrix& w, const uint8_t* params, __m512& scale, __m512& bias) {
   if (w.panel.paired) return load_paired(params, scale, bias);
   scale = load_scales(params, w.scale_type);
-  bias = w.panel.biases ? load_scales(params + 16 * w.panel.param_size, w.scale_type) : symmetric_biases<kBits>(scale);
+  bias = w.panel.biases ? load_scales(params + 16 * w.panel.param_size, w.scale_type) : scale;
 }
 
 // visit(g, codes, params) for the groups of a panel in order, each group's codes and
@@ -168,11 +168,11 @@ HEARTH_VNNI inline __m512 load16_f16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// A group's 16 scales and biases as f32.
-template <ParamKind kKind, int kBits>
+// A group's 16 scales and biases as f32 (symmetric: the scale twice, as load_any_params).
+template <ParamKind kKind>
 HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params, __m512& scale, __m512& bias) {
   if constexpr (kKind == ParamKind::kRuntime) {
-    load_any_params<kBits>(w, params, scale, bias);
+    load_any_params(w, params, scale, bias);
   } else if constexpr (kKind == ParamKind::kBf16) {
     load_paired(params, scale, bias);
   } else if constexpr (kKind == ParamKind::kF16) {
@@ -180,7 +180,7 @@ HEARTH_VNNI inline void load_params(const AffineMatrix& w, const uint8_t* params
     bias = load16_f16(params + 32);
   } else {
     scale = load16_f16(params);
-    bias = symmetric_biases<kBits>(scale);
+    bias = scale;
   }
 }
 
@@ -274,7 +274,7 @@ HEARTH_VNNI void decode_panels(const PreparedX& x, const PanelPart& part, int64_
       group_dots<kBits, kT, kSteps>(src, xq, K, dot);
       xq += kGroupSize;
       __m512 scale, b;
-      load_params<kKind, kBits>(w, params, scale, b);
+      load_params<kKind>(w, params, scale, b);
       for (int t = 0; t < kT; ++t) {
         const size_t tg = static_cast<size_t>(t * groups + g);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(scale, _mm512_set1_ps(x.dx[tg])), acc[t]);
@@ -375,7 +375,7 @@ HEARTH_VNNI void gemm_tile(const PreparedX& x, const PanelPart& part, int64_t p,
     }
     for (int r = 0; r < kR; ++r) {
       __m512 scale, b;
-      load_any_params<kBits>(w, params + r * panel_bytes, scale, b);
+      load_any_params(w, params + r * panel_bytes, scale, b);
       for (int t = 0; t < kTT; ++t) {
         const size_t tg = static_cast<size_t>((t0 + t) * groups + g);
         const __m512 d = _mm512_cvtepi32_ps(isum[r][t]);
