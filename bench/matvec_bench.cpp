@@ -16,6 +16,7 @@
 #include "backends/cpu/ggml_kernels.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
+#include "core/affine_args.h"
 #include "core/dtype.h"
 #include "core/quant.h"
 
@@ -99,15 +100,7 @@ int main(int argc, char** argv) {
       return bytes / s / 1e9;
     };
     auto qrate = [&](const hearth::QuantizedMatrix& q) {
-      const hearth::cpu::AffineMatrix m{static_cast<const uint32_t*>(q.packed.raw()),
-                                        q.scales.raw(),
-                                        q.biases.raw(),
-                                        q.scales.dtype(),
-                                        q.spec.bits,
-                                        q.spec.group_size,
-                                        q.rows,
-                                        q.cols,
-                                        panels};
+      const hearth::cpu::AffineMatrix m = hearth::affine_args(q);
       const double s = best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(q.nbytes()) / s / 1e9;
     };
