@@ -93,11 +93,17 @@ void prepare_x(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& 
   }
 }
 
+// 16 f16 values as f32, the load folded into the conversion (a masked load is one more
+// instruction).
+HEARTH_VNNI inline __m512 load16_f16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // The 16 lanes' scales of a group, at `params` in its panel, as f32.
 HEARTH_VNNI inline __m512 load_scales(const uint8_t* params, DType t) {
   if (t == DType::kF32) return _mm512_loadu_ps(params);
-  const auto* h = reinterpret_cast<const uint16_t*>(params);
-  return t == DType::kBF16 ? simd::load16_bf16(h, 0xffff) : simd::load16_f16(h, 0xffff);
+  if (t == DType::kF16) return load16_f16(params);
+  return simd::load16_bf16(reinterpret_cast<const uint16_t*>(params), 0xffff);
 }
 
 // Paired bf16 parameters (PanelLayout::paired): 32 bits per row, scale in the low half, bias in
@@ -161,12 +167,6 @@ ParamKind param_kind(const AffineMatrix& w) {
 }
 
 constexpr int64_t param_bytes_of(ParamKind k) { return k == ParamKind::kF16Symmetric ? 32 : 64; }
-
-// 16 f16 values as f32, the load folded into the conversion (a masked load is one more
-// instruction).
-HEARTH_VNNI inline __m512 load16_f16(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 // A group's 16 scales and biases as f32 (symmetric: the scale twice, as load_any_params).
 template <ParamKind kKind>
