@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
     return b;
   };
   const std::vector<uint8_t> q4k = k_quants(hearth::GgmlType::kQ4_K), q6k = k_quants(hearth::GgmlType::kQ6_K);
+  // Q6_K in lanes, as the CPU backend loads it where the VBMI decode runs.
+  const bool lanes = hearth::cpu::q6_k_lanes_pay(isa);
+  std::vector<uint8_t> q6k_lanes(q6k.size());
+  hearth::q6_k_blocks_to_lanes(q6k.data(), q6k_lanes.data(), static_cast<int64_t>(q6k.size() / 210));
   wq_src.clear();
   wq_src.shrink_to_fit();
   std::printf("matvec [%lld x %lld], %s kernels, %.0f MB per matrix\n", static_cast<long long>(N),
@@ -104,16 +108,21 @@ int main(int argc, char** argv) {
       const double s = best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(q.nbytes()) / s / 1e9;
     };
-    auto krate = [&](const std::vector<uint8_t>& b, hearth::GgmlType type, hearth::cpu::Isa kisa) {
-      const hearth::cpu::GgmlMatrix m{b.data(), type, N, K, hearth::row_bytes(type, K)};
+    auto krate = [&](const std::vector<uint8_t>& b, hearth::GgmlType type, hearth::cpu::Isa kisa, bool in_lanes) {
+      const hearth::cpu::GgmlMatrix m{b.data(), type, N, K, hearth::row_bytes(type, K), in_lanes};
       const double s = best_seconds([&] { hearth::cpu::ggml_matmul(kisa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(b.size()) / s / 1e9;
     };
-    const double k4 = krate(q4k, hearth::GgmlType::kQ4_K, isa), k6 = krate(q6k, hearth::GgmlType::kQ6_K, isa);
-    const double k4f = krate(q4k, hearth::GgmlType::kQ4_K, hearth::cpu::Isa::kAvx2),
-                 k6f = krate(q6k, hearth::GgmlType::kQ6_K, hearth::cpu::Isa::kAvx2);
-    std::printf("threads %d: matvec Q4_K %.1f GB/s (%.0f%%; avx2 %.1f), Q6_K %.1f GB/s (%.0f%%; avx2 %.1f)\n", threads, k4,
+    const double k4 = krate(q4k, hearth::GgmlType::kQ4_K, isa, false), k6 = krate(q6k, hearth::GgmlType::kQ6_K, isa, false);
+    const double k4f = krate(q4k, hearth::GgmlType::kQ4_K, hearth::cpu::Isa::kAvx2, false),
+                 k6f = krate(q6k, hearth::GgmlType::kQ6_K, hearth::cpu::Isa::kAvx2, false);
+    std::printf("threads %d: matvec Q4_K %.1f GB/s (%.0f%%; avx2 %.1f), Q6_K %.1f GB/s (%.0f%%; avx2 %.1f)", threads, k4,
                 100 * k4 / bw, k4f, k6, 100 * k6 / bw, k6f);
+    if (lanes) {
+      const double k6l = krate(q6k_lanes, hearth::GgmlType::kQ6_K, isa, true);
+      std::printf(", Q6_K lanes %.1f GB/s (%.0f%%)", k6l, 100 * k6l / bw);
+    }
+    std::printf("\n");
     const double r4 = qrate(q4), r8 = qrate(q8);
     std::printf("threads %d: matvec 4-bit %.1f GB/s (%.0f%%), 8-bit %.1f GB/s (%.0f%%) of quantized bytes\n", threads,
                 r4, 100 * r4 / bw, r8, 100 * r8 / bw);

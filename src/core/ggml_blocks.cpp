@@ -121,7 +121,55 @@ void dequantize_q6_k(const uint8_t* src, float* y, int64_t n_blocks) {
   }
 }
 
+// Element e of chunk byte k (core/ggml_blocks.h's lanes layout).
+constexpr int lanes_element(int chunk, int k) { return 16 * (k / 4) + 4 * chunk + k % 4; }
+
 }  // namespace
+
+void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, src += sizeof(BlockQ6_K), dst += sizeof(BlockQ6_K)) {
+    // The block's 256 codes in element order, as dequantize_q6_k reads them.
+    uint8_t codes[256];
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = src + 64 * half;
+      const uint8_t* qh = src + 128 + 32 * half;
+      uint8_t* c = codes + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        c[l] = static_cast<uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+        c[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+        c[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        c[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      }
+    }
+    // Each 8 codes' 48 bits go out as 8 bytes; the next store (or the scales') overwrites the
+    // top two, so the 32 stores stay whole words.
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      for (int j = 0; j < 8; ++j) {
+        uint64_t bits = 0;
+        for (int i = 0; i < 8; ++i) bits |= uint64_t{codes[lanes_element(chunk, 8 * j + i)]} << (6 * i);
+        std::memcpy(dst + 48 * chunk + 6 * j, &bits, 8);
+      }
+    }
+    std::memcpy(dst + 192, src + 192, 18);  // scales, d (after the codes' last store)
+  }
+}
+
+void dequantize_q6_k_lanes(const void* src, float* dst, int64_t n) {
+  row_bytes(GgmlType::kQ6_K, n);  // validates n
+  const auto* p = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n / 256; ++b, p += sizeof(BlockQ6_K), dst += 256) {
+    const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+    const float d = load_f16(p + 208);
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      for (int k = 0; k < 64; ++k) {
+        const int bit = 6 * k, at = 48 * chunk + bit / 8;
+        const int pair = p[at] | (bit % 8 > 2 ? p[at + 1] << 8 : 0);
+        const int q = (pair >> (bit % 8)) & 63;
+        dst[lanes_element(chunk, k)] = d * sc[k / 4] * static_cast<float>(q - 32);
+      }
+    }
+  }
+}
 
 const GgmlTypeInfo* ggml_type_info(uint32_t id) {
   for (const GgmlTypeInfo& t : kTypes)

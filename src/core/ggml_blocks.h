@@ -104,6 +104,18 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block sizes");
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml block sizes");
 
+// Q6_K in lanes: the layout of the CPU's AVX-512 VBMI decode (ggml_vnni.cpp), made at load
+// (ggml_q6_k_to_lanes, core/quant.h) and never stored in a file. The same 210 bytes per block:
+//   bytes 0..191   four chunks of 48: chunk v holds 64 codes q (0..63), the k-th (k = 0..63)
+//                  that of element 16 (k / 4) + 4 v + k % 4; each 6 bytes hold 8 codes, the i-th
+//                  in bits 6i .. 6i + 5 (little-endian)
+//   bytes 192..209 scales and d, as in BlockQ6_K; x = d * scales[s] * (q - 32).
+// So the 4-byte lane l of every unpacked chunk holds codes of sub-block l: a dot product's int32
+// lanes sum one sub-block each over all four chunks, and the scales apply once per block.
+void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks);
+// src: a row of n elements (n a multiple of 256) in lanes -> dst: n floats. Scalar reference.
+void dequantize_q6_k_lanes(const void* src, float* dst, int64_t n);
+
 // src: row_bytes(type, n) bytes (any alignment) -> dst: n floats. Scalar reference for
 // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; InputError for other types or a bad n.
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);

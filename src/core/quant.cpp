@@ -185,12 +185,30 @@ QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor
   return q;
 }
 
+QuantizedMatrix ggml_q6_k_to_lanes(const QuantizedMatrix& q) {
+  if (!q.is_ggml() || q.ggml_type != GgmlType::kQ6_K || q.ggml_layout != GgmlLayout::kBlocks)
+    throw InputError("only Q6_K blocks repack into lanes, not " + q.str());
+  QuantizedMatrix out = q;
+  out.ggml_layout = GgmlLayout::kQ6KLanes;
+  out.packed = Tensor::empty(q.packed.shape(), DType::kU8);
+  q6_k_blocks_to_lanes(q.packed.data<uint8_t>(), out.packed.data<uint8_t>(),
+                       q.packed.numel() / static_cast<int64_t>(sizeof(BlockQ6_K)));
+  return out;
+}
+
+void ggml_dequantize_row(const QuantizedMatrix& q, int64_t n, float* dst) {
+  const uint8_t* row = q.packed.data<uint8_t>() + n * q.packed.dim(1);
+  if (q.ggml_layout == GgmlLayout::kQ6KLanes) {
+    dequantize_q6_k_lanes(row, dst, q.cols);
+  } else {
+    dequantize_row(q.ggml_type, row, dst, q.cols);
+  }
+}
+
 Tensor dequantize(const QuantizedMatrix& q) {
   if (!q.is_ggml()) return affine_dequantize(q);
   Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);
-  const int64_t rb = q.packed.dim(1);
-  for (int64_t n = 0; n < q.rows; ++n)
-    dequantize_row(q.ggml_type, q.packed.data<uint8_t>() + n * rb, out.data<float>() + n * q.cols, q.cols);
+  for (int64_t n = 0; n < q.rows; ++n) ggml_dequantize_row(q, n, out.data<float>() + n * q.cols);
   return out;
 }
 

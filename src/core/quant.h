@@ -54,16 +54,23 @@ enum class AffineLayout : uint8_t {
   kPanels16,
 };
 
+// Where a ggml matrix's blocks lie in memory.
+enum class GgmlLayout : uint8_t {
+  kBlocks,    // as the file stores them
+  kQ6KLanes,  // Q6_K in the CPU decode's lanes (core/ggml_blocks.h), made at load
+};
+
 struct QuantizedMatrix {
   QuantFormat format = QuantFormat::kAffine;
-  AffineLayout layout = AffineLayout::kRows;  // kAffine
-  QuantSpec spec;                             // kAffine
-  GgmlType ggml_type = GgmlType::kQ8_0;       // kGgml
-  int64_t rows = 0, cols = 0;                 // the logical [N, K]
-  Tensor packed;                              // kAffine: [N, K * bits / 32] u32; kGgml: [N, row_bytes] u8
-  Tensor scales, biases;                      // kAffine: [N, K / group_size], one float dtype (kRows)
-  DType param_type = DType::kF32;             // kPanels16: the dtype of the scales and biases in packed
-  bool param_biases = true;                   // kPanels16: whether packed holds biases
+  AffineLayout layout = AffineLayout::kRows;     // kAffine
+  QuantSpec spec;                                // kAffine
+  GgmlType ggml_type = GgmlType::kQ8_0;          // kGgml
+  GgmlLayout ggml_layout = GgmlLayout::kBlocks;  // kGgml
+  int64_t rows = 0, cols = 0;                    // the logical [N, K]
+  Tensor packed;                                 // kAffine: [N, K * bits / 32] u32; kGgml: [N, row_bytes] u8
+  Tensor scales, biases;                         // kAffine: [N, K / group_size], one float dtype (kRows)
+  DType param_type = DType::kF32;                // kPanels16: the dtype of the scales and biases in packed
+  bool param_biases = true;                      // kPanels16: whether packed holds biases
   bool defined() const { return packed.defined(); }
   bool is_ggml() const { return format == QuantFormat::kGgml; }
   // kAffine without biases (ggml_type names the GGUF type it came from).
@@ -87,6 +94,12 @@ QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor
 // Q4_0 / Q8_0 blocks as symmetric affine codes with f16 scales, groups of 32: the same values
 // and the same bytes per weight (18 / 34 per 32), in the layout the affine kernels read. A copy.
 QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q);
+
+// A Q6_K matrix in GgmlLayout::kQ6KLanes (a copy of the same size).
+QuantizedMatrix ggml_q6_k_to_lanes(const QuantizedMatrix& q);
+
+// Row n of a ggml matrix (either layout) -> dst: q.cols floats.
+void ggml_dequantize_row(const QuantizedMatrix& q, int64_t n, float* dst);
 
 // The same matrix in AffineLayout::kPanels16 (a copy; bits 4 or 8, kRows layout in).
 QuantizedMatrix affine_to_panels(const QuantizedMatrix& q);

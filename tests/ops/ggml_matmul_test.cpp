@@ -93,6 +93,13 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
       const int64_t K = block * std::uniform_int_distribution<int64_t>(1, block == 32 ? 24 : 4)(rng);
       const std::vector<uint8_t> blocks = random_blocks(type, N, K, rng);
       const cpu::GgmlMatrix m{blocks.data(), type, N, K, row_bytes(type, K)};
+      // Q6_K also in lanes (the VBMI decode's layout): every path against the same reference.
+      std::vector<uint8_t> lanes(blocks.size());
+      std::vector<cpu::GgmlMatrix> layouts = {m};
+      if (type == GgmlType::kQ6_K) {
+        q6_k_blocks_to_lanes(blocks.data(), lanes.data(), static_cast<int64_t>(blocks.size() / sizeof(BlockQ6_K)));
+        layouts.push_back({lanes.data(), type, N, K, row_bytes(type, K), true});
+      }
       std::vector<float> dense(static_cast<size_t>(N * K));
       for (int64_t n = 0; n < N; ++n) dequantize_row(type, blocks.data() + n * m.row_bytes, &dense[n * K], K);
       const std::vector<float> bias = random_floats(static_cast<size_t>(N), rng);
@@ -114,9 +121,11 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
           }
         }
         for (Isa isa : all_isas()) {
-          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          for (int which = 0; which < static_cast<int>(layouts.size()) * 2; ++which) {
+            const cpu::GgmlMatrix& w = layouts[static_cast<size_t>(which / 2)];
+            ThreadPool* p = which % 2 == 0 ? nullptr : &pool;
             std::fill(got.begin(), got.end(), NAN);
-            cpu::ggml_matmul(isa, p, x.data(), T, m, b, got.data());
+            cpu::ggml_matmul(isa, p, x.data(), T, w, b, got.data());
             float worst = 0;
             size_t where = 0;
             // The VNNI Q4_K/Q6_K decode rounds x to int8 per 256 elements (step max|x| / 127):
@@ -131,8 +140,8 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
               if (!(err <= worst)) worst = err, where = i;
             }
             EXPECT_LE(worst, 1.0f) << ggml_type_name(type) << " " << cpu::isa_name(isa) << " N=" << N << " K=" << K
-                                   << " T=" << T << " threads=" << (p != nullptr) << ": worst element " << where
-                                   << " got " << got[where] << " want " << ref[where];
+                                   << " T=" << T << " threads=" << (p != nullptr) << " lanes=" << w.lanes
+                                   << ": worst element " << where << " got " << got[where] << " want " << ref[where];
           }
         }
       }
@@ -178,6 +187,56 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
       for (int64_t k = 0; k < K; ++k)
         ASSERT_EQ(rows.data<float>()[i * K + k], dense.data<float>()[ids_v[i] * K + k]) << ggml_type_name(type);
     }
+  }
+}
+
+// Q6_K in lanes decodes to the file's values bit for bit, row by row and as a matrix; through
+// ops it multiplies and looks rows up as the blocks do; only Q6_K blocks repack.
+TEST(GgmlMatmul, Q6_KLanesHoldTheBlocksValues) {
+  std::mt19937_64 rng(11);
+  ThreadPool pool(2);
+  Context ctx{&pool, kCpu};
+  const int64_t N = 37, K = 3 * 256, T = 3;
+  const std::vector<uint8_t> bytes = random_blocks(GgmlType::kQ6_K, N, K, rng);
+  Tensor blocks = Tensor::empty({N, static_cast<int64_t>(row_bytes(GgmlType::kQ6_K, K))}, DType::kU8);
+  std::memcpy(blocks.raw(), bytes.data(), bytes.size());
+  const QuantizedMatrix q = ggml_quantized(GgmlType::kQ6_K, N, K, blocks);
+  const QuantizedMatrix lanes = ggml_q6_k_to_lanes(q);
+  EXPECT_EQ(lanes.ggml_layout, GgmlLayout::kQ6KLanes);
+  EXPECT_EQ(lanes.packed.shape(), q.packed.shape());
+  const Tensor want = dequantize(q), got = dequantize(lanes);
+  for (int64_t i = 0; i < N * K; ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << "element " << i;
+  std::vector<float> row(static_cast<size_t>(K));
+  dequantize_q6_k_lanes(lanes.packed.data<uint8_t>() + 5 * lanes.packed.dim(1), row.data(), K);
+  for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[static_cast<size_t>(k)], want.data<float>()[5 * K + k]);
+
+  const std::vector<float> xv = random_floats(static_cast<size_t>(T * K), rng);
+  const Tensor x = Tensor::from_f32({T, K}, xv.data());
+  for (int64_t rows : {int64_t{1}, T}) {
+    Tensor a = Tensor::empty({rows, N}, DType::kF32), b = Tensor::empty({rows, N}, DType::kF32);
+    ops::quantized_matmul(ctx, x.slice_rows(0, rows), q, Tensor(), a);
+    ops::quantized_matmul(ctx, x.slice_rows(0, rows), lanes, Tensor(), b);
+    // Both round x to int8 per block alike; they sum the same integers in another order.
+    for (int64_t i = 0; i < rows * N; ++i)
+      ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], 1e-5f * (1.0f + testing::max_abs(a))) << i;
+  }
+  const int32_t ids_v[] = {36, 0, 5};
+  Tensor e = Tensor::empty({3, K}, DType::kF32);
+  ops::quantized_embedding(ctx, lanes, Tensor::from_i32({3}, ids_v), e);
+  for (int i = 0; i < 3; ++i) {
+    for (int64_t k = 0; k < K; ++k) ASSERT_EQ(e.data<float>()[i * K + k], want.data<float>()[ids_v[i] * K + k]);
+  }
+
+  EXPECT_THROW(ggml_q6_k_to_lanes(lanes), InputError);
+  std::vector<uint8_t> q4k = random_blocks(GgmlType::kQ4_K, 2, 256, rng);
+  Tensor q4k_blocks = Tensor::empty({2, 144}, DType::kU8);
+  std::memcpy(q4k_blocks.raw(), q4k.data(), q4k.size());
+  try {
+    ggml_q6_k_to_lanes(ggml_quantized(GgmlType::kQ4_K, 2, 256, q4k_blocks));
+    ADD_FAILURE() << "Q4_K repacked into lanes";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("only Q6_K blocks repack into lanes, not Q4_K"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -24,11 +24,23 @@ constexpr int64_t kTileRows = 32;   // weight rows dequantized per prefill tile
 
 const uint8_t* row_of(const GgmlMatrix& w, int64_t n) { return w.blocks + static_cast<size_t>(n) * w.row_bytes; }
 
+}  // namespace
+
+void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out) {
+  if (w.lanes) {
+    dequantize_q6_k_lanes(row_of(w, n), out, w.K);
+  } else {
+    dequantize_row(w.type, row_of(w, n), out, w.K);
+  }
+}
+
+namespace {
+
 // The scalar reference: dequantize the row, then a plain dot.
 void rows_scalar(const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   std::vector<float> row(static_cast<size_t>(w.K));
   for (int64_t n = n0; n < n1; ++n) {
-    dequantize_row(w.type, row_of(w, n), row.data(), w.K);
+    ggml_dequantize_row(w, n, row.data());
     for (int64_t t = 0; t < T; ++t) {
       float acc = 0;
       for (int64_t k = 0; k < w.K; ++k) acc += x[t * w.K + k] * row[static_cast<size_t>(k)];
@@ -42,7 +54,7 @@ void rows_dequant_dot(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, c
                       int64_t n1) {
   std::vector<float> row(static_cast<size_t>(w.K));
   for (int64_t n = n0; n < n1; ++n) {
-    dequantize_row(w.type, row_of(w, n), row.data(), w.K);
+    ggml_dequantize_row(w, n, row.data());
     for (int64_t t = 0; t < T; ++t)
       y[t * w.N + n] = dot(isa, x + t * w.K, row.data(), DType::kF32, w.K) + (bias != nullptr ? bias[n] : 0.0f);
   }
@@ -113,7 +125,7 @@ void rows_tiled(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, const f
   std::vector<float> tile(static_cast<size_t>(kTileRows * w.K)), part(static_cast<size_t>(T * kTileRows));
   for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
     const int64_t rows = std::min(kTileRows, n1 - t0);
-    for (int64_t r = 0; r < rows; ++r) dequantize_row(w.type, row_of(w, t0 + r), tile.data() + r * w.K, w.K);
+    for (int64_t r = 0; r < rows; ++r) ggml_dequantize_row(w, t0 + r, tile.data() + r * w.K);
     matmul(isa, nullptr, x, T, w.K, tile.data(), DType::kF32, rows, bias != nullptr ? bias + t0 : nullptr, part.data());
     for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * w.N + t0, part.data() + t * rows, rows * sizeof(float));
   }
@@ -145,7 +157,7 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
 }
 
 void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
-  for (int64_t i = 0; i < n_ids; ++i) dequantize_row(w.type, row_of(w, ids[i]), out + i * w.K, w.K);
+  for (int64_t i = 0; i < n_ids; ++i) ggml_dequantize_row(w, ids[i], out + i * w.K);
 }
 
 }  // namespace hearth::cpu

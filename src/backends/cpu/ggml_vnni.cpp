@@ -12,6 +12,13 @@
 // of the lane's four x codes) gives each int32 lane sum (q - 32) xq exactly; times the lane's
 // integer scale it is summed over the block in int32, and the block adds d * dx * that sum.
 //
+// Q6_K in lanes (core/ggml_blocks.h, made at load where VBMI runs): each 48-byte chunk of codes
+// becomes a vector of 64 bytes in three instructions (vpermb gives each qword its 6 bytes,
+// vpmultishiftqb byte i of it the bits from 6i, an and keeps six), and int32 lane l of every
+// chunk's vpdpbusd is sub-block l, so the four chain into one sum and the scales multiply it once
+// a block: ~25 vector instructions a block where the file's layout takes ~52. x is rounded in
+// the same order (quantize_x), the -32 offset taken per sub-block.
+//
 // Q4_K: per 256 elements, w = d * sc[j] * q - dmin * m[j] for sub-block j of 32, 4-bit q. Bytes
 // 32c..32c+31 of qs hold sub-block 2c in their low nibbles and 2c + 1 in their high ones, so
 // 64 bytes of qs give two vectors of codes: low nibbles (sub-blocks 2c, 2c + 2) and high ones
@@ -19,6 +26,7 @@
 // dx * (d * sum_j sc[j] sum q xq - dmin * sum_j m[j] sum xq), the sums of xq per sub-block
 // taken once per x.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -29,6 +37,7 @@
 #include "backends/cpu/simd.h"
 
 #define HEARTH_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define HEARTH_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 
 namespace hearth::cpu {
 namespace {
@@ -40,18 +49,22 @@ struct Q8Blocks {
   int64_t T = 0, blocks = 0;
   std::vector<int8_t> q;        // [T, K]; Q4_K: each block's 32-byte runs in q4k_row's order
   std::vector<float> dx;        // [T, blocks]
-  std::vector<int32_t> offset;  // Q6_K: [T, blocks, 4, 16]: -32 * (sum of each lane's 4 codes)
+  std::vector<int32_t> offset;  // Q6_K: [T, blocks, 4, 16]: -32 * (sum of each lane's 4 codes);
+                                // lanes: [T, blocks, 16]: -32 * (sum of each sub-block's 16)
   std::vector<int32_t> sums;    // Q4_K: [T, blocks, 8]: sum of each sub-block's 32 codes
 };
 
-HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType type) {
+// Element e of lanes chunk byte k (core/ggml_blocks.h).
+constexpr int lanes_element(int chunk, int k) { return 16 * (k / 4) + 4 * chunk + k % 4; }
+
+HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType type, bool lanes) {
   Q8Blocks p;
   p.T = T;
   p.blocks = K / kBlock;
   p.q.resize(static_cast<size_t>(T * K));
   p.dx.resize(static_cast<size_t>(T * p.blocks));
   if (type == GgmlType::kQ6_K) {
-    p.offset.resize(static_cast<size_t>(T * p.blocks * 64));
+    p.offset.resize(static_cast<size_t>(T * p.blocks * (lanes ? 16 : 64)));
   } else {
     p.sums.resize(static_cast<size_t>(T * p.blocks * 8));
   }
@@ -68,6 +81,18 @@ HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType t
       for (int k = 0; k < kBlock; k += 16) {
         const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + k), inv));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + k), _mm512_cvtepi32_epi8(v));
+      }
+      if (lanes) {
+        int32_t* off = p.offset.data() + (t * p.blocks + b) * 16;
+        for (int s = 0; s < 16; ++s) {
+          int sum = 0;
+          for (int i = 0; i < 16; ++i) sum += qb[16 * s + i];
+          off[s] = -32 * sum;
+        }
+        int8_t natural[kBlock];
+        std::memcpy(natural, qb, kBlock);
+        for (int k = 0; k < kBlock; ++k) qb[k] = natural[lanes_element(k / 64, k % 64)];
+        continue;
       }
       for (int v = 0; v < 4; ++v) {
         const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(qb + v * 64));
@@ -137,6 +162,51 @@ HEARTH_VNNI void q6k_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bi
       }
       const float f = d * p.dx[static_cast<size_t>(t * p.blocks + b)];
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(f), acc[t]);
+    }
+  }
+  const float add = bias != nullptr ? bias[n] : 0.0f;
+  for (int t = 0; t < kT; ++t) y[t * w.N + n] = _mm512_reduce_add_ps(acc[t]) + add;
+}
+
+template <int kT>
+HEARTH_VBMI void q6k_lanes_row(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, int64_t n,
+                               uintptr_t& last_page) {
+  const uint8_t* row = w.blocks + static_cast<size_t>(n) * w.row_bytes;
+  const int64_t K = w.K;
+  // Byte 8j + i of a chunk's vector: byte 6j + min(i, 5) of the chunk (vpermb), then the 8 bits
+  // from bit 6i of its qword (vpmultishiftqb): code 8j + i in the low six.
+  alignas(64) static constexpr auto kSpread = [] {
+    std::array<uint8_t, 128> t{};
+    for (int j = 0; j < 8; ++j) {
+      for (int i = 0; i < 8; ++i) {
+        t[8 * j + i] = static_cast<uint8_t>(6 * j + std::min(i, 5));
+        t[64 + 8 * j + i] = static_cast<uint8_t>(6 * i);
+      }
+    }
+    return t;
+  }();
+  const __m512i spread = _mm512_load_si512(kSpread.data()), shifts = _mm512_load_si512(kSpread.data() + 64);
+  const __m512i low6 = _mm512_set1_epi8(0x3f);
+  __m512 acc[kT];
+  for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    const uint8_t* blk = row + b * sizeof(BlockQ6_K);
+    prefetch_page_ahead(blk, last_page);
+    __m512i codes[4];
+    for (int v = 0; v < 4; ++v) {  // the last chunk's load ends at byte 207, inside the block
+      const __m512i bytes = _mm512_permutexvar_epi8(spread, _mm512_loadu_si512(blk + 48 * v));
+      codes[v] = _mm512_and_si512(_mm512_multishift_epi64_epi8(shifts, bytes), low6);
+    }
+    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+    uint16_t dh;
+    std::memcpy(&dh, blk + 208, 2);
+    const float d = _cvtsh_ss(dh);
+    for (int t = 0; t < kT; ++t) {
+      const int8_t* xq = p.q.data() + t * K + b * kBlock;
+      __m512i isum = _mm512_loadu_si512(p.offset.data() + (t * p.blocks + b) * 16);
+      for (int v = 0; v < 4; ++v) isum = _mm512_dpbusd_epi32(isum, codes[v], _mm512_loadu_si512(xq + v * 64));
+      const float f = d * p.dx[static_cast<size_t>(t * p.blocks + b)];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(isum, sc)), _mm512_set1_ps(f), acc[t]);
     }
   }
   const float add = bias != nullptr ? bias[n] : 0.0f;
@@ -222,7 +292,9 @@ void rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, i
   prefetch_buffer(p.offset.data(), p.offset.size());
   prefetch_buffer(p.sums.data(), p.sums.size());
   for (int64_t n = n0; n < n1; ++n) {
-    if (w.type == GgmlType::kQ6_K) {
+    if (w.lanes) {
+      q6k_lanes_row<kT>(p, w, bias, y, n, last_page);
+    } else if (w.type == GgmlType::kQ6_K) {
       q6k_row<kT>(p, w, bias, y, n, last_page);
     } else {
       q4k_row<kT>(p, w, bias, y, n);
@@ -233,11 +305,14 @@ void rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, i
 }  // namespace
 
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T) {
-  return has_avx512_vnni() && (w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K) && T <= 4 && w.K % kBlock == 0;
+  return has_avx512_vnni() && (w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K) && T <= 4 && w.K % kBlock == 0 &&
+         (!w.lanes || has_avx512_vbmi());
 }
 
+bool q6_k_lanes_pay(Isa isa) { return isa == Isa::kAvx512 && has_avx512_vbmi(); }
+
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y) {
-  const Q8Blocks p = quantize_x(x, T, w.K, w.type);
+  const Q8Blocks p = quantize_x(x, T, w.K, w.type, w.lanes);
   auto run = [&](int64_t a, int64_t b) {
     switch (T) {
       case 1: rows<1>(p, w, bias, y, a, b); break;

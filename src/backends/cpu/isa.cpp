@@ -63,4 +63,9 @@ bool has_avx512_vnni() {
   return yes;
 }
 
+bool has_avx512_vbmi() {
+  static const bool yes = has_avx512_vnni() && __builtin_cpu_supports("avx512vbmi");
+  return yes;
+}
+
 }  // namespace hearth::cpu

@@ -17,5 +17,7 @@ Isa active_isa();
 // AVX-512 VNNI (vpdpbusd: u8 x s8 dot products), used by the quantized decode kernels when
 // the active ISA is AVX-512.
 bool has_avx512_vnni();
+// That and AVX-512 VBMI (vpermb, vpmultishiftqb byte shuffles), for the Q6_K lanes decode.
+bool has_avx512_vbmi();
 
 }  // namespace hearth::cpu
