@@ -1,5 +1,6 @@
 #include "core/ggml_blocks.h"
 
+#include <array>
 #include <cstring>
 #include <limits>
 
@@ -141,14 +142,23 @@ void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
         c[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
       }
     }
-    // Each 8 codes' 48 bits go out as 8 bytes; the next store (or the scales') overwrites the
-    // top two, so the 32 stores stay whole words.
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      for (int j = 0; j < 8; ++j) {
-        uint64_t bits = 0;
-        for (int i = 0; i < 8; ++i) bits |= uint64_t{codes[lanes_element(chunk, 8 * j + i)]} << (6 * i);
-        std::memcpy(dst + 48 * chunk + 6 * j, &bits, 8);
-      }
+    // In lanes order, then each 8 codes' six-bit fields squeezed into 48 bits (pairs into 12
+    // bits of 16, those into 24 of 32, those into 48 of 64) and stored as 8 bytes: the next
+    // store (or the scales') overwrites the top two.
+    static constexpr auto kOrder = [] {
+      std::array<uint8_t, 256> t{};
+      for (int k = 0; k < 256; ++k) t[static_cast<size_t>(k)] = static_cast<uint8_t>(lanes_element(k / 64, k % 64));
+      return t;
+    }();
+    uint8_t ordered[256];
+    for (int k = 0; k < 256; ++k) ordered[k] = codes[kOrder[static_cast<size_t>(k)]];
+    for (int q = 0; q < 32; ++q) {
+      uint64_t v;
+      std::memcpy(&v, ordered + 8 * q, 8);
+      v = (v & 0x003f003f003f003fu) | ((v & 0x3f003f003f003f00u) >> 2);
+      v = (v & 0x00000fff00000fffu) | ((v & 0x0fff00000fff0000u) >> 4);
+      v = (v & 0x0000000000ffffffu) | ((v & 0x00ffffff00000000u) >> 8);
+      std::memcpy(dst + 6 * q, &v, 8);
     }
     std::memcpy(dst + 192, src + 192, 18);  // scales, d (after the codes' last store)
   }
