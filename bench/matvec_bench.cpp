@@ -81,10 +81,11 @@ int main(int argc, char** argv) {
     return b;
   };
   const std::vector<uint8_t> q4k = k_quants(hearth::GgmlType::kQ4_K), q6k = k_quants(hearth::GgmlType::kQ6_K);
-  // Q6_K in lanes, as the CPU backend loads it where the VBMI decode runs.
-  const bool lanes = hearth::cpu::q6_k_lanes_pay(isa);
-  std::vector<uint8_t> q6k_lanes(q6k.size());
+  // Q6_K and Q4_K in lanes, as the CPU backend loads them where the VBMI decode runs.
+  const bool lanes = hearth::cpu::ggml_lanes_pay(isa);
+  std::vector<uint8_t> q6k_lanes(q6k.size()), q4k_lanes(q4k.size());
   hearth::q6_k_blocks_to_lanes(q6k.data(), q6k_lanes.data(), static_cast<int64_t>(q6k.size() / 210));
+  hearth::q4_k_blocks_to_lanes(q4k.data(), q4k_lanes.data(), static_cast<int64_t>(q4k.size() / 144));
   wq_src.clear();
   wq_src.shrink_to_fit();
   std::printf("matvec [%lld x %lld], %s kernels, %.0f MB per matrix\n", static_cast<long long>(N),
@@ -120,7 +121,8 @@ int main(int argc, char** argv) {
                 100 * k4 / bw, k4f, k6, 100 * k6 / bw, k6f);
     if (lanes) {
       const double k6l = krate(q6k_lanes, hearth::GgmlType::kQ6_K, isa, true);
-      std::printf(", Q6_K lanes %.1f GB/s (%.0f%%)", k6l, 100 * k6l / bw);
+      const double k4l = krate(q4k_lanes, hearth::GgmlType::kQ4_K, isa, true);
+      std::printf(", lanes: Q4_K %.1f GB/s (%.0f%%), Q6_K %.1f GB/s (%.0f%%)", k4l, 100 * k4l / bw, k6l, 100 * k6l / bw);
     }
     std::printf("\n");
     const double r4 = qrate(q4), r8 = qrate(q8);

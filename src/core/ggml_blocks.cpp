@@ -125,6 +125,26 @@ void dequantize_q6_k(const uint8_t* src, float* y, int64_t n_blocks) {
 // Element e of chunk byte k (core/ggml_blocks.h's lanes layout).
 constexpr int lanes_element(int chunk, int k) { return 16 * (k / 4) + 4 * chunk + k % 4; }
 
+// 8 six-bit values (one a byte) -> 48 bits in 6 bytes at dst (8 bytes written: the top two are
+// the next field's to overwrite).
+void pack_six(const uint8_t* values, uint8_t* dst) {
+  uint64_t v;
+  std::memcpy(&v, values, 8);
+  v = (v & 0x003f003f003f003fu) | ((v & 0x3f003f003f003f00u) >> 2);
+  v = (v & 0x00000fff00000fffu) | ((v & 0x0fff00000fff0000u) >> 4);
+  v = (v & 0x0000000000ffffffu) | ((v & 0x00ffffff00000000u) >> 8);
+  std::memcpy(dst, &v, 8);
+}
+
+// The reverse: 6 bytes at src (8 read) -> 8 six-bit values, one a byte, in a word.
+uint64_t unpack_six(const uint8_t* src) {
+  uint64_t v;
+  std::memcpy(&v, src, 8);
+  v = (v & 0x0000000000ffffffu) | ((v & 0x0000ffffff000000u) << 8);
+  v = (v & 0x00000fff00000fffu) | ((v & 0x00fff00000fff000u) << 4);
+  return (v & 0x003f003f003f003fu) | ((v & 0x0fc00fc00fc00fc0u) << 2);
+}
+
 }  // namespace
 
 void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
@@ -152,21 +172,17 @@ void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
     }();
     uint8_t ordered[256];
     for (int k = 0; k < 256; ++k) ordered[k] = codes[kOrder[static_cast<size_t>(k)]];
-    for (int q = 0; q < 32; ++q) {
-      uint64_t v;
-      std::memcpy(&v, ordered + 8 * q, 8);
-      v = (v & 0x003f003f003f003fu) | ((v & 0x3f003f003f003f00u) >> 2);
-      v = (v & 0x00000fff00000fffu) | ((v & 0x0fff00000fff0000u) >> 4);
-      v = (v & 0x0000000000ffffffu) | ((v & 0x00ffffff00000000u) >> 8);
-      std::memcpy(dst + 6 * q, &v, 8);
-    }
+    for (int q = 0; q < 32; ++q) pack_six(ordered + 8 * q, dst + 6 * q);
     std::memcpy(dst + 192, src + 192, 18);  // scales, d (after the codes' last store)
   }
 }
 
-void dequantize_q6_k_lanes(const void* src, float* dst, int64_t n) {
-  row_bytes(GgmlType::kQ6_K, n);  // validates n
-  const auto* p = static_cast<const uint8_t*>(src);
+namespace {
+
+// Q4_K lanes: the element of run h, byte k, low (hi = 0) or high nibble.
+constexpr int q4_k_lanes_element(int h, int k, int hi) { return 32 * (k / 8) + 16 * h + 8 * hi + k % 8; }
+
+void dequantize_q6_k_lanes(const uint8_t* p, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, p += sizeof(BlockQ6_K), dst += 256) {
     const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
     const float d = load_f16(p + 208);
@@ -174,17 +190,72 @@ void dequantize_q6_k_lanes(const void* src, float* dst, int64_t n) {
     // quarter, 6 into each byte: the repack's steps backwards). The 8-byte loads end at byte
     // 193 at most, inside the block.
     for (int q8 = 0; q8 < 32; ++q8) {
-      uint64_t v;
-      std::memcpy(&v, p + 6 * q8, 8);
-      v = (v & 0x0000000000ffffffu) | ((v & 0x0000ffffff000000u) << 8);
-      v = (v & 0x00000fff00000fffu) | ((v & 0x00fff00000fff000u) << 4);
-      v = (v & 0x003f003f003f003fu) | ((v & 0x0fc00fc00fc00fc0u) << 2);
+      const uint64_t v = unpack_six(p + 6 * q8);
       for (int i = 0; i < 8; ++i) {
         const int chunk = q8 / 8, k = 8 * (q8 % 8) + i;
         const int q = static_cast<int>((v >> (8 * i)) & 63);
         dst[lanes_element(chunk, k)] = d * sc[k / 4] * static_cast<float>(q - 32);
       }
     }
+  }
+}
+
+void dequantize_q4_k_lanes(const uint8_t* p, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, p += sizeof(BlockQ4_K), dst += 256) {
+    const float d = load_f16(p), dmin = load_f16(p + 2);
+    const uint64_t scales = unpack_six(p + 4), mins = unpack_six(p + 10);
+    float d1[8], m1[8];
+    for (int s = 0; s < 8; ++s) {
+      d1[s] = d * static_cast<float>((scales >> (8 * s)) & 63);  // as dequantize_q4_k
+      m1[s] = dmin * static_cast<float>((mins >> (8 * s)) & 63);
+    }
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 64; ++k) {
+        const uint8_t byte = p[16 + 64 * h + k];
+        for (int hi = 0; hi < 2; ++hi) {
+          const int e = q4_k_lanes_element(h, k, hi);
+          dst[e] = d1[e / 32] * static_cast<float>(hi != 0 ? byte >> 4 : byte & 0xF) - m1[e / 32];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void q4_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, src += sizeof(BlockQ4_K), dst += sizeof(BlockQ4_K)) {
+    uint8_t codes[256], scales[8], mins[8];
+    for (int c = 0; c < 4; ++c) {  // as dequantize_q4_k: 32 bytes, sub-blocks 2c (low), 2c + 1
+      for (int l = 0; l < 32; ++l) {
+        codes[64 * c + l] = src[16 + 32 * c + l] & 0xF;
+        codes[64 * c + 32 + l] = src[16 + 32 * c + l] >> 4;
+      }
+    }
+    for (int s = 0; s < 8; ++s) q4_k_scale_min(s, src + 4, &scales[s], &mins[s]);
+    uint8_t head[16 + 8];
+    std::memcpy(head, src, 4);
+    pack_six(scales, head + 4);
+    pack_six(mins, head + 10);
+    std::memcpy(dst, head, 16);
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 64; ++k) {
+        dst[16 + 64 * h + k] =
+            static_cast<uint8_t>(codes[q4_k_lanes_element(h, k, 0)] | (codes[q4_k_lanes_element(h, k, 1)] << 4));
+      }
+    }
+  }
+}
+
+void dequantize_lanes(GgmlType type, const void* src, float* dst, int64_t n) {
+  row_bytes(type, n);  // validates n
+  const auto* p = static_cast<const uint8_t*>(src);
+  if (type == GgmlType::kQ6_K) {
+    dequantize_q6_k_lanes(p, dst, n);
+  } else if (type == GgmlType::kQ4_K) {
+    dequantize_q4_k_lanes(p, dst, n);
+  } else {
+    throw Unsupported("ggml type " + std::string(ggml_type_name(type)) + " has no lanes layout (Q6_K and Q4_K do)");
   }
 }
 

@@ -105,7 +105,7 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block si
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml block sizes");
 
 // Q6_K in lanes: the layout of the CPU's AVX-512 VBMI decode (ggml_vnni.cpp), made at load
-// (ggml_q6_k_to_lanes, core/quant.h) and never stored in a file. The same 210 bytes per block:
+// (ggml_to_lanes, core/quant.h) and never stored in a file. The same 210 bytes per block:
 //   bytes 0..191   four chunks of 48: chunk v holds 64 codes q (0..63), the k-th (k = 0..63)
 //                  that of element 16 (k / 4) + 4 v + k % 4; each 6 bytes hold 8 codes, the i-th
 //                  in bits 6i .. 6i + 5 (little-endian)
@@ -113,8 +113,17 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml block 
 // So the 4-byte lane l of every unpacked chunk holds codes of sub-block l: a dot product's int32
 // lanes sum one sub-block each over all four chunks, and the scales apply once per block.
 void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks);
-// src: a row of n elements (n a multiple of 256) in lanes -> dst: n floats. Scalar reference.
-void dequantize_q6_k_lanes(const void* src, float* dst, int64_t n);
+// Q4_K in lanes, the same 144 bytes per block:
+//   bytes 0..3     d, dmin, as in BlockQ4_K
+//   bytes 4..15    the 8 scales, then the 8 mins, each 8 packed six bits apiece as Q6_K's lanes
+//                  pack codes (value j in bits 6j .. 6j + 5 of 6 bytes)
+//   bytes 16..143  two runs of 64: byte k of run h holds in its low nibble the code of element
+//                  32 (k / 8) + 16h + k % 8 and in its high nibble that of the element 8 on.
+// So each of the four nibble vectors has sub-block l / 2 in its 4-byte lane l.
+void q4_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks);
+// src: a row of n elements (n a multiple of 256) of `type` (Q6_K or Q4_K) in lanes -> dst: n
+// floats, bit for bit dequantize_row's values of the blocks it came from. Scalar reference.
+void dequantize_lanes(GgmlType type, const void* src, float* dst, int64_t n);
 
 // src: row_bytes(type, n) bytes (any alignment) -> dst: n floats. Scalar reference for
 // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; InputError for other types or a bad n.

@@ -185,21 +185,22 @@ QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor
   return q;
 }
 
-QuantizedMatrix ggml_q6_k_to_lanes(const QuantizedMatrix& q) {
-  if (!q.is_ggml() || q.ggml_type != GgmlType::kQ6_K || q.ggml_layout != GgmlLayout::kBlocks)
-    throw InputError("only Q6_K blocks repack into lanes, not " + q.str());
+QuantizedMatrix ggml_to_lanes(const QuantizedMatrix& q) {
+  const bool q6 = q.ggml_type == GgmlType::kQ6_K, q4 = q.ggml_type == GgmlType::kQ4_K;
+  if (!q.is_ggml() || !(q6 || q4) || q.ggml_layout != GgmlLayout::kBlocks)
+    throw InputError("only Q6_K and Q4_K blocks repack into lanes, not " + q.str());
   QuantizedMatrix out = q;
-  out.ggml_layout = GgmlLayout::kQ6KLanes;
+  out.ggml_layout = GgmlLayout::kLanes;
   out.packed = Tensor::empty(q.packed.shape(), DType::kU8);
-  q6_k_blocks_to_lanes(q.packed.data<uint8_t>(), out.packed.data<uint8_t>(),
-                       q.packed.numel() / static_cast<int64_t>(sizeof(BlockQ6_K)));
+  const int64_t blocks = q.packed.numel() / static_cast<int64_t>(ggml_type_info(q.ggml_type).block_bytes);
+  (q6 ? q6_k_blocks_to_lanes : q4_k_blocks_to_lanes)(q.packed.data<uint8_t>(), out.packed.data<uint8_t>(), blocks);
   return out;
 }
 
 void ggml_dequantize_row(const QuantizedMatrix& q, int64_t n, float* dst) {
   const uint8_t* row = q.packed.data<uint8_t>() + n * q.packed.dim(1);
-  if (q.ggml_layout == GgmlLayout::kQ6KLanes) {
-    dequantize_q6_k_lanes(row, dst, q.cols);
+  if (q.ggml_layout == GgmlLayout::kLanes) {
+    dequantize_lanes(q.ggml_type, row, dst, q.cols);
   } else {
     dequantize_row(q.ggml_type, row, dst, q.cols);
   }

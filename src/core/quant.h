@@ -56,8 +56,8 @@ enum class AffineLayout : uint8_t {
 
 // Where a ggml matrix's blocks lie in memory.
 enum class GgmlLayout : uint8_t {
-  kBlocks,    // as the file stores them
-  kQ6KLanes,  // Q6_K in the CPU decode's lanes (core/ggml_blocks.h), made at load
+  kBlocks,  // as the file stores them
+  kLanes,   // Q6_K or Q4_K in the CPU decode's lanes (core/ggml_blocks.h), made at load
 };
 
 struct QuantizedMatrix {
@@ -95,8 +95,8 @@ QuantizedMatrix ggml_quantized(GgmlType type, int64_t rows, int64_t cols, Tensor
 // and the same bytes per weight (18 / 34 per 32), in the layout the affine kernels read. A copy.
 QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q);
 
-// A Q6_K matrix in GgmlLayout::kQ6KLanes (a copy of the same size).
-QuantizedMatrix ggml_q6_k_to_lanes(const QuantizedMatrix& q);
+// A Q6_K or Q4_K matrix in GgmlLayout::kLanes (a copy of the same size).
+QuantizedMatrix ggml_to_lanes(const QuantizedMatrix& q);
 
 // Row n of a ggml matrix (either layout) -> dst: q.cols floats.
 void ggml_dequantize_row(const QuantizedMatrix& q, int64_t n, float* dst);

@@ -93,11 +93,13 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
       const int64_t K = block * std::uniform_int_distribution<int64_t>(1, block == 32 ? 24 : 4)(rng);
       const std::vector<uint8_t> blocks = random_blocks(type, N, K, rng);
       const cpu::GgmlMatrix m{blocks.data(), type, N, K, row_bytes(type, K)};
-      // Q6_K also in lanes (the VBMI decode's layout): every path against the same reference.
+      // Q6_K and Q4_K also in lanes (the VBMI decode's layout): every path against the same
+      // reference.
       std::vector<uint8_t> lanes(blocks.size());
       std::vector<cpu::GgmlMatrix> layouts = {m};
-      if (type == GgmlType::kQ6_K) {
-        q6_k_blocks_to_lanes(blocks.data(), lanes.data(), static_cast<int64_t>(blocks.size() / sizeof(BlockQ6_K)));
+      const int64_t n_blocks = static_cast<int64_t>(blocks.size() / ggml_type_info(type).block_bytes);
+      if (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) {
+        (type == GgmlType::kQ6_K ? q6_k_blocks_to_lanes : q4_k_blocks_to_lanes)(blocks.data(), lanes.data(), n_blocks);
         layouts.push_back({lanes.data(), type, N, K, row_bytes(type, K), true});
       }
       std::vector<float> dense(static_cast<size_t>(N * K));
@@ -190,52 +192,55 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
   }
 }
 
-// Q6_K in lanes decodes to the file's values bit for bit, row by row and as a matrix; through
-// ops it multiplies and looks rows up as the blocks do; only Q6_K blocks repack.
-TEST(GgmlMatmul, Q6_KLanesHoldTheBlocksValues) {
+// Q6_K and Q4_K in lanes decode to the file's values bit for bit, row by row and as a matrix;
+// through ops they multiply and look rows up as the blocks do; other types do not repack.
+TEST(GgmlMatmul, LanesHoldTheBlocksValues) {
   std::mt19937_64 rng(11);
   ThreadPool pool(2);
   Context ctx{&pool, kCpu};
-  const int64_t N = 37, K = 3 * 256, T = 3;
-  const std::vector<uint8_t> bytes = random_blocks(GgmlType::kQ6_K, N, K, rng);
-  Tensor blocks = Tensor::empty({N, static_cast<int64_t>(row_bytes(GgmlType::kQ6_K, K))}, DType::kU8);
-  std::memcpy(blocks.raw(), bytes.data(), bytes.size());
-  const QuantizedMatrix q = ggml_quantized(GgmlType::kQ6_K, N, K, blocks);
-  const QuantizedMatrix lanes = ggml_q6_k_to_lanes(q);
-  EXPECT_EQ(lanes.ggml_layout, GgmlLayout::kQ6KLanes);
-  EXPECT_EQ(lanes.packed.shape(), q.packed.shape());
-  const Tensor want = dequantize(q), got = dequantize(lanes);
-  for (int64_t i = 0; i < N * K; ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << "element " << i;
-  std::vector<float> row(static_cast<size_t>(K));
-  dequantize_q6_k_lanes(lanes.packed.data<uint8_t>() + 5 * lanes.packed.dim(1), row.data(), K);
-  for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[static_cast<size_t>(k)], want.data<float>()[5 * K + k]);
+  for (GgmlType type : {GgmlType::kQ6_K, GgmlType::kQ4_K}) {
+    const int64_t N = 37, K = 3 * 256, T = 3;
+    const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+    Tensor blocks = Tensor::empty({N, static_cast<int64_t>(row_bytes(type, K))}, DType::kU8);
+    std::memcpy(blocks.raw(), bytes.data(), bytes.size());
+    const QuantizedMatrix q = ggml_quantized(type, N, K, blocks);
+    const QuantizedMatrix lanes = ggml_to_lanes(q);
+    EXPECT_EQ(lanes.ggml_layout, GgmlLayout::kLanes);
+    EXPECT_EQ(lanes.packed.shape(), q.packed.shape());
+    const Tensor want = dequantize(q), got = dequantize(lanes);
+    for (int64_t i = 0; i < N * K; ++i)
+      ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << ggml_type_name(type) << " element " << i;
+    std::vector<float> row(static_cast<size_t>(K));
+    dequantize_lanes(type, lanes.packed.data<uint8_t>() + 5 * lanes.packed.dim(1), row.data(), K);
+    for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[static_cast<size_t>(k)], want.data<float>()[5 * K + k]);
 
-  const std::vector<float> xv = random_floats(static_cast<size_t>(T * K), rng);
-  const Tensor x = Tensor::from_f32({T, K}, xv.data());
-  for (int64_t rows : {int64_t{1}, T}) {
-    Tensor a = Tensor::empty({rows, N}, DType::kF32), b = Tensor::empty({rows, N}, DType::kF32);
-    ops::quantized_matmul(ctx, x.slice_rows(0, rows), q, Tensor(), a);
-    ops::quantized_matmul(ctx, x.slice_rows(0, rows), lanes, Tensor(), b);
-    // Both round x to int8 per block alike; they sum the same integers in another order.
-    for (int64_t i = 0; i < rows * N; ++i)
-      ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], 1e-5f * (1.0f + testing::max_abs(a))) << i;
+    const std::vector<float> xv = random_floats(static_cast<size_t>(T * K), rng);
+    const Tensor x = Tensor::from_f32({T, K}, xv.data());
+    for (int64_t rows : {int64_t{1}, T}) {
+      Tensor a = Tensor::empty({rows, N}, DType::kF32), b = Tensor::empty({rows, N}, DType::kF32);
+      ops::quantized_matmul(ctx, x.slice_rows(0, rows), q, Tensor(), a);
+      ops::quantized_matmul(ctx, x.slice_rows(0, rows), lanes, Tensor(), b);
+      // Both round x to int8 per block alike; they sum the same integers in another order.
+      for (int64_t i = 0; i < rows * N; ++i)
+        ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], 1e-5f * (1.0f + testing::max_abs(a)))
+            << ggml_type_name(type) << " " << i;
+    }
+    const int32_t ids_v[] = {36, 0, 5};
+    Tensor e = Tensor::empty({3, K}, DType::kF32);
+    ops::quantized_embedding(ctx, lanes, Tensor::from_i32({3}, ids_v), e);
+    for (int i = 0; i < 3; ++i) {
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(e.data<float>()[i * K + k], want.data<float>()[ids_v[i] * K + k]);
+    }
+    EXPECT_THROW(ggml_to_lanes(lanes), InputError);
   }
-  const int32_t ids_v[] = {36, 0, 5};
-  Tensor e = Tensor::empty({3, K}, DType::kF32);
-  ops::quantized_embedding(ctx, lanes, Tensor::from_i32({3}, ids_v), e);
-  for (int i = 0; i < 3; ++i) {
-    for (int64_t k = 0; k < K; ++k) ASSERT_EQ(e.data<float>()[i * K + k], want.data<float>()[ids_v[i] * K + k]);
-  }
-
-  EXPECT_THROW(ggml_q6_k_to_lanes(lanes), InputError);
-  std::vector<uint8_t> q4k = random_blocks(GgmlType::kQ4_K, 2, 256, rng);
-  Tensor q4k_blocks = Tensor::empty({2, 144}, DType::kU8);
-  std::memcpy(q4k_blocks.raw(), q4k.data(), q4k.size());
+  std::vector<uint8_t> q8 = random_blocks(GgmlType::kQ8_0, 2, 256, rng);
+  Tensor q8_blocks = Tensor::empty({2, static_cast<int64_t>(q8.size() / 2)}, DType::kU8);
+  std::memcpy(q8_blocks.raw(), q8.data(), q8.size());
   try {
-    ggml_q6_k_to_lanes(ggml_quantized(GgmlType::kQ4_K, 2, 256, q4k_blocks));
-    ADD_FAILURE() << "Q4_K repacked into lanes";
+    ggml_to_lanes(ggml_quantized(GgmlType::kQ8_0, 2, 256, q8_blocks));
+    ADD_FAILURE() << "Q8_0 repacked into lanes";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("only Q6_K blocks repack into lanes, not Q4_K"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("only Q6_K and Q4_K blocks repack into lanes, not Q8_0"), std::string::npos)
         << e.what();
   }
 }

@@ -36,23 +36,19 @@ class CpuBackend final : public Backend {
   }
 
   // 4- and 8-bit affine matrices become 16-row panels where the int8 dot-product kernels run,
-  // Q6_K blocks lanes where the VBMI decode runs.
+  // Q6_K and Q4_K blocks lanes where the VBMI decode runs.
   QuantizedMatrix prepare(const QuantizedMatrix& w, Device) override {
-    if (w.is_ggml() && w.ggml_type == GgmlType::kQ6_K && w.ggml_layout == GgmlLayout::kBlocks &&
-        cpu::q6_k_lanes_pay(active_isa()))
-      return ggml_q6_k_to_lanes(w);
+    if (w.is_ggml() && (w.ggml_type == GgmlType::kQ6_K || w.ggml_type == GgmlType::kQ4_K) &&
+        w.ggml_layout == GgmlLayout::kBlocks && cpu::ggml_lanes_pay(active_isa()))
+      return ggml_to_lanes(w);
     const bool panels_pay = !w.is_ggml() && w.layout == AffineLayout::kRows && (w.spec.bits == 4 || w.spec.bits == 8) &&
                             runs_panel_kernels(active_isa());
     return panels_pay ? affine_to_panels(w) : w;
   }
 
   static cpu::GgmlMatrix ggml(const QuantizedMatrix& w) {
-    return {w.packed.data<uint8_t>(),
-            w.ggml_type,
-            w.rows,
-            w.cols,
-            static_cast<size_t>(w.packed.dim(1)),
-            w.ggml_layout == GgmlLayout::kQ6KLanes};
+    return {w.packed.data<uint8_t>(),           w.ggml_type, w.rows, w.cols, static_cast<size_t>(w.packed.dim(1)),
+            w.ggml_layout == GgmlLayout::kLanes};
   }
 
   void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias,

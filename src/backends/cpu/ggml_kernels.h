@@ -12,7 +12,7 @@
 namespace hearth::cpu {
 
 // One quantized matrix as raw pointers: blocks [N, row_bytes] u8, each row the blocks of K
-// elements of `type`; `lanes`: Q6_K blocks in lanes (core/ggml_blocks.h).
+// elements of `type`; `lanes`: Q6_K or Q4_K blocks in lanes (core/ggml_blocks.h).
 struct GgmlMatrix {
   const uint8_t* blocks;
   GgmlType type;
@@ -21,9 +21,9 @@ struct GgmlMatrix {
   bool lanes = false;
 };
 
-// Whether Q6_K matrices pay to be loaded in lanes: the CPU has the AVX-512 VBMI byte shuffles
-// (vpermb, vpmultishiftqb) that ggml_vnni.cpp's decode unpacks them with.
-bool q6_k_lanes_pay(Isa isa);
+// Whether Q6_K and Q4_K matrices pay to be loaded in lanes: the CPU has the AVX-512 VBMI byte
+// shuffles (vpermb, vpmultishiftqb) that ggml_vnni.cpp's decode unpacks them with.
+bool ggml_lanes_pay(Isa isa);
 
 // Row n of w dequantized -> out: K floats.
 void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out);
@@ -35,7 +35,7 @@ void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out);
 void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
                  float* y);
 
-// Q4_K and Q6_K decode on AVX-512 VNNI (ggml_vnni.cpp; Q6_K lanes also need VBMI): x rounded to
+// Q4_K and Q6_K decode on AVX-512 VNNI (ggml_vnni.cpp; lanes also need VBMI): x rounded to
 // int8 per 256 elements, T <= 4.
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T);
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
