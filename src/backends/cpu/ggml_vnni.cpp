@@ -47,7 +47,8 @@ constexpr int64_t kBlock = 256;
 // x rounded to int8 per 256 elements.
 struct Q8Blocks {
   int64_t T = 0, blocks = 0;
-  std::vector<int8_t> q;        // [T, K]; Q4_K: each block's 32-byte runs in q4k_row's order
+  std::vector<int8_t> q;        // [T, K]; Q4_K: each block's 32-byte runs in q4k_row's order;
+                                // lanes: each block in its lanes order
   std::vector<float> dx;        // [T, blocks]
   std::vector<int32_t> offset;  // Q6_K: [T, blocks, 4, 16]: -32 * (sum of each lane's 4 codes);
                                 // lanes: [T, blocks, 16]: -32 * (sum of each sub-block's 16)
