@@ -122,9 +122,6 @@ void dequantize_q6_k(const uint8_t* src, float* y, int64_t n_blocks) {
   }
 }
 
-// Element e of chunk byte k (core/ggml_blocks.h's lanes layout).
-constexpr int lanes_element(int chunk, int k) { return 16 * (k / 4) + 4 * chunk + k % 4; }
-
 // 8 six-bit values (one a byte) -> 48 bits in 6 bytes at dst (8 bytes written: the top two are
 // the next field's to overwrite).
 void pack_six(const uint8_t* values, uint8_t* dst) {
@@ -167,7 +164,7 @@ void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
     // store (or the scales') overwrites the top two.
     static constexpr auto kOrder = [] {
       std::array<uint8_t, 256> t{};
-      for (int k = 0; k < 256; ++k) t[static_cast<size_t>(k)] = static_cast<uint8_t>(lanes_element(k / 64, k % 64));
+      for (int k = 0; k < 256; ++k) t[static_cast<size_t>(k)] = static_cast<uint8_t>(lanes_element(GgmlType::kQ6_K, k));
       return t;
     }();
     uint8_t ordered[256];
@@ -178,9 +175,6 @@ void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
 }
 
 namespace {
-
-// Q4_K lanes: the element of run h, byte k, low (hi = 0) or high nibble.
-constexpr int q4_k_lanes_element(int h, int k, int hi) { return 32 * (k / 8) + 16 * h + 8 * hi + k % 8; }
 
 void dequantize_q6_k_lanes(const uint8_t* p, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, p += sizeof(BlockQ6_K), dst += 256) {
@@ -194,7 +188,7 @@ void dequantize_q6_k_lanes(const uint8_t* p, float* dst, int64_t n) {
       for (int i = 0; i < 8; ++i) {
         const int chunk = q8 / 8, k = 8 * (q8 % 8) + i;
         const int q = static_cast<int>((v >> (8 * i)) & 63);
-        dst[lanes_element(chunk, k)] = d * sc[k / 4] * static_cast<float>(q - 32);
+        dst[lanes_element(GgmlType::kQ6_K, 64 * chunk + k)] = d * sc[k / 4] * static_cast<float>(q - 32);
       }
     }
   }
@@ -213,7 +207,7 @@ void dequantize_q4_k_lanes(const uint8_t* p, float* dst, int64_t n) {
       for (int k = 0; k < 64; ++k) {
         const uint8_t byte = p[16 + 64 * h + k];
         for (int hi = 0; hi < 2; ++hi) {
-          const int e = q4_k_lanes_element(h, k, hi);
+          const int e = lanes_element(GgmlType::kQ4_K, 64 * (2 * h + hi) + k);
           dst[e] = d1[e / 32] * static_cast<float>(hi != 0 ? byte >> 4 : byte & 0xF) - m1[e / 32];
         }
       }
@@ -240,8 +234,8 @@ void q4_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks) {
     std::memcpy(dst, head, 16);
     for (int h = 0; h < 2; ++h) {
       for (int k = 0; k < 64; ++k) {
-        dst[16 + 64 * h + k] =
-            static_cast<uint8_t>(codes[q4_k_lanes_element(h, k, 0)] | (codes[q4_k_lanes_element(h, k, 1)] << 4));
+        dst[16 + 64 * h + k] = static_cast<uint8_t>(codes[lanes_element(GgmlType::kQ4_K, 128 * h + k)] |
+                                                    (codes[lanes_element(GgmlType::kQ4_K, 128 * h + 64 + k)] << 4));
       }
     }
   }

@@ -121,6 +121,13 @@ void q6_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks);
 //                  32 (k / 8) + 16h + k % 8 and in its high nibble that of the element 8 on.
 // So each of the four nibble vectors has sub-block l / 2 in its 4-byte lane l.
 void q4_k_blocks_to_lanes(const uint8_t* src, uint8_t* dst, int64_t n_blocks);
+// The element (0..255) whose code lies at position k (0..255) of an unpacked lanes block: byte
+// k % 64 of chunk k / 64 (Q6_K), of nibble vector k / 64 (Q4_K: run k / 128, its low nibbles
+// then its high ones). The decode rounds x into the same order.
+constexpr int lanes_element(GgmlType type, int k) {
+  const int v = k / 64, b = k % 64;
+  return type == GgmlType::kQ6_K ? 16 * (b / 4) + 4 * v + b % 4 : 32 * (b / 8) + 8 * v + b % 8;
+}
 // src: a row of n elements (n a multiple of 256) of `type` (Q6_K or Q4_K) in lanes -> dst: n
 // floats, bit for bit dequantize_row's values of the blocks it came from. Scalar reference.
 void dequantize_lanes(GgmlType type, const void* src, float* dst, int64_t n);

@@ -55,9 +55,6 @@ struct Q8Blocks {
   std::vector<int32_t> sums;    // Q4_K: [T, blocks, 8]: sum of each sub-block's 32 codes
 };
 
-// Element e of Q6_K lanes chunk byte k (core/ggml_blocks.h).
-constexpr int lanes_element(int chunk, int k) { return 16 * (k / 4) + 4 * chunk + k % 4; }
-
 HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType type, bool lanes) {
   Q8Blocks p;
   p.T = T;
@@ -90,26 +87,23 @@ HEARTH_VNNI Q8Blocks quantize_x(const float* x, int64_t T, int64_t K, GgmlType t
           for (int i = 0; i < 16; ++i) sum += qb[16 * s + i];
           off[s] = -32 * sum;
         }
-        int8_t natural[kBlock];
-        std::memcpy(natural, qb, kBlock);
-        for (int k = 0; k < kBlock; ++k) qb[k] = natural[lanes_element(k / 64, k % 64)];
-        continue;
-      }
-      for (int v = 0; v < 4; ++v) {
-        const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(qb + v * 64));
-        if (type == GgmlType::kQ6_K) {
-          int32_t* off = p.offset.data() + (t * p.blocks + b) * 64;
-          _mm512_storeu_si512(off + v * 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-32)));
-        } else {  // lanes 0-7 and 8-15 are sub-blocks 2v and 2v + 1
-          int32_t* sub = p.sums.data() + (t * p.blocks + b) * 8 + 2 * v;
-          sub[0] = _mm512_mask_reduce_add_epi32(0x00FF, sums);
-          sub[1] = _mm512_mask_reduce_add_epi32(0xFF00, sums);
+      } else {
+        for (int v = 0; v < 4; ++v) {
+          const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(qb + v * 64));
+          if (type == GgmlType::kQ6_K) {
+            int32_t* off = p.offset.data() + (t * p.blocks + b) * 64;
+            _mm512_storeu_si512(off + v * 16, _mm512_mullo_epi32(sums, _mm512_set1_epi32(-32)));
+          } else {  // lanes 0-7 and 8-15 are sub-blocks 2v and 2v + 1
+            int32_t* sub = p.sums.data() + (t * p.blocks + b) * 8 + 2 * v;
+            sub[0] = _mm512_mask_reduce_add_epi32(0x00FF, sums);
+            sub[1] = _mm512_mask_reduce_add_epi32(0xFF00, sums);
+          }
         }
       }
-      if (type == GgmlType::kQ4_K && lanes) {  // byte k of vector u: element q4_k_lanes_element
+      if (lanes) {  // the sums above were taken in element order
         int8_t natural[kBlock];
         std::memcpy(natural, qb, kBlock);
-        for (int k = 0; k < kBlock; ++k) qb[k] = natural[32 * (k % 64 / 8) + 8 * (k / 64) + k % 8];
+        for (int k = 0; k < kBlock; ++k) qb[k] = natural[lanes_element(type, k)];
       } else if (type == GgmlType::kQ4_K) {
         // The 32-byte runs in the order q4k_row meets them (sub-blocks 0, 2, 1, 3, 4, 6, 5, 7),
         // so that each of its vectors of x is one load.
