@@ -253,6 +253,14 @@ void dequantize_lanes(GgmlType type, const void* src, float* dst, int64_t n) {
   }
 }
 
+void dequantize_row(GgmlType type, GgmlLayout layout, const void* src, float* dst, int64_t n) {
+  if (layout == GgmlLayout::kLanes) {
+    dequantize_lanes(type, src, dst, n);
+  } else {
+    dequantize_row(type, src, dst, n);
+  }
+}
+
 const GgmlTypeInfo* ggml_type_info(uint32_t id) {
   for (const GgmlTypeInfo& t : kTypes)
     if (static_cast<uint32_t>(t.type) == id) return &t;

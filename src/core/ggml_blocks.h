@@ -132,9 +132,17 @@ constexpr int lanes_element(GgmlType type, int k) {
 // floats, bit for bit dequantize_row's values of the blocks it came from. Scalar reference.
 void dequantize_lanes(GgmlType type, const void* src, float* dst, int64_t n);
 
+// Where a ggml matrix's blocks lie in memory.
+enum class GgmlLayout : uint8_t {
+  kBlocks,  // as the file stores them
+  kLanes,   // Q6_K or Q4_K in the CPU decode's lanes (above), made at load
+};
+
 // src: row_bytes(type, n) bytes (any alignment) -> dst: n floats. Scalar reference for
 // F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; InputError for other types or a bad n.
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+// The same for a row in either layout: dequantize_row or dequantize_lanes.
+void dequantize_row(GgmlType type, GgmlLayout layout, const void* src, float* dst, int64_t n);
 
 // The 6-bit scale and min of Q4_K sub-block j (0..7) from a block's 12 packed `scales` bytes:
 // bytes 0-3 hold scales 0-3, bytes 4-7 mins 0-3 (low 6 bits each); scales/mins 4-7 keep their

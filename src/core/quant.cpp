@@ -197,19 +197,14 @@ QuantizedMatrix ggml_to_lanes(const QuantizedMatrix& q) {
   return out;
 }
 
-void ggml_dequantize_row(const QuantizedMatrix& q, int64_t n, float* dst) {
-  const uint8_t* row = q.packed.data<uint8_t>() + n * q.packed.dim(1);
-  if (q.ggml_layout == GgmlLayout::kLanes) {
-    dequantize_lanes(q.ggml_type, row, dst, q.cols);
-  } else {
-    dequantize_row(q.ggml_type, row, dst, q.cols);
-  }
-}
-
 Tensor dequantize(const QuantizedMatrix& q) {
   if (!q.is_ggml()) return affine_dequantize(q);
   Tensor out = Tensor::empty({q.rows, q.cols}, DType::kF32);
-  for (int64_t n = 0; n < q.rows; ++n) ggml_dequantize_row(q, n, out.data<float>() + n * q.cols);
+  const int64_t rb = q.packed.dim(1);
+  for (int64_t n = 0; n < q.rows; ++n) {
+    dequantize_row(q.ggml_type, q.ggml_layout, q.packed.data<uint8_t>() + n * rb, out.data<float>() + n * q.cols,
+                   q.cols);
+  }
   return out;
 }
 

@@ -54,12 +54,6 @@ enum class AffineLayout : uint8_t {
   kPanels16,
 };
 
-// Where a ggml matrix's blocks lie in memory.
-enum class GgmlLayout : uint8_t {
-  kBlocks,  // as the file stores them
-  kLanes,   // Q6_K or Q4_K in the CPU decode's lanes (core/ggml_blocks.h), made at load
-};
-
 struct QuantizedMatrix {
   QuantFormat format = QuantFormat::kAffine;
   AffineLayout layout = AffineLayout::kRows;     // kAffine
@@ -97,9 +91,6 @@ QuantizedMatrix ggml_to_affine(const QuantizedMatrix& q);
 
 // A Q6_K or Q4_K matrix in GgmlLayout::kLanes (a copy of the same size).
 QuantizedMatrix ggml_to_lanes(const QuantizedMatrix& q);
-
-// Row n of a ggml matrix (either layout) -> dst: q.cols floats.
-void ggml_dequantize_row(const QuantizedMatrix& q, int64_t n, float* dst);
 
 // The same matrix in AffineLayout::kPanels16 (a copy; bits 4 or 8, kRows layout in).
 QuantizedMatrix affine_to_panels(const QuantizedMatrix& q);
