@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
       return static_cast<double>(q.nbytes()) / s / 1e9;
     };
     auto krate = [&](const std::vector<uint8_t>& b, hearth::GgmlType type, hearth::cpu::Isa kisa, bool in_lanes) {
-      const hearth::cpu::GgmlMatrix m{b.data(), type, N, K, hearth::row_bytes(type, K), in_lanes};
+      const hearth::cpu::GgmlMatrix m{b.data(), type, N, K, hearth::row_bytes(type, K),
+                                            in_lanes ? hearth::GgmlLayout::kLanes : hearth::GgmlLayout::kBlocks};
       const double s = best_seconds([&] { hearth::cpu::ggml_matmul(kisa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(b.size()) / s / 1e9;
     };

@@ -454,7 +454,7 @@ QuantizedMatrix random_k_quants(std::mt19937& rng, GgmlType type, int64_t N, int
 }
 
 cpu::GgmlMatrix cpu_blocks(const QuantizedMatrix& q) {
-  return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1))};
+  return {q.packed.data<uint8_t>(), q.ggml_type, q.rows, q.cols, size_t(q.packed.dim(1)), q.ggml_layout};
 }
 
 // GGUF k-quants: up to 32 rows as integer dots (x rounded to int8 per 32 values, 8 rows per

@@ -100,7 +100,7 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
       const int64_t n_blocks = static_cast<int64_t>(blocks.size() / ggml_type_info(type).block_bytes);
       if (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) {
         (type == GgmlType::kQ6_K ? q6_k_blocks_to_lanes : q4_k_blocks_to_lanes)(blocks.data(), lanes.data(), n_blocks);
-        layouts.push_back({lanes.data(), type, N, K, row_bytes(type, K), true});
+        layouts.push_back({lanes.data(), type, N, K, row_bytes(type, K), GgmlLayout::kLanes});
       }
       std::vector<float> dense(static_cast<size_t>(N * K));
       for (int64_t n = 0; n < N; ++n) dequantize_row(type, blocks.data() + n * m.row_bytes, &dense[n * K], K);
@@ -142,7 +142,7 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
               if (!(err <= worst)) worst = err, where = i;
             }
             EXPECT_LE(worst, 1.0f) << ggml_type_name(type) << " " << cpu::isa_name(isa) << " N=" << N << " K=" << K
-                                   << " T=" << T << " threads=" << (p != nullptr) << " lanes=" << w.lanes
+                                   << " T=" << T << " threads=" << (p != nullptr) << " lanes=" << w.in_lanes()
                                    << ": worst element " << where << " got " << got[where] << " want " << ref[where];
           }
         }

@@ -47,8 +47,7 @@ class CpuBackend final : public Backend {
   }
 
   static cpu::GgmlMatrix ggml(const QuantizedMatrix& w) {
-    return {w.packed.data<uint8_t>(),           w.ggml_type, w.rows, w.cols, static_cast<size_t>(w.packed.dim(1)),
-            w.ggml_layout == GgmlLayout::kLanes};
+    return {w.packed.data<uint8_t>(), w.ggml_type, w.rows, w.cols, static_cast<size_t>(w.packed.dim(1)), w.ggml_layout};
   }
 
   void quantized_matmul(Context& ctx, const Tensor& x, const QuantizedMatrix& w, const Tensor& bias,

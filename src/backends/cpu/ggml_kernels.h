@@ -12,13 +12,14 @@
 namespace hearth::cpu {
 
 // One quantized matrix as raw pointers: blocks [N, row_bytes] u8, each row the blocks of K
-// elements of `type`; `lanes`: Q6_K or Q4_K blocks in lanes (core/ggml_blocks.h).
+// elements of `type`, in `layout` (Q6_K and Q4_K may be in lanes: core/ggml_blocks.h).
 struct GgmlMatrix {
   const uint8_t* blocks;
   GgmlType type;
   int64_t N, K;
   size_t row_bytes;
-  bool lanes = false;
+  GgmlLayout layout = GgmlLayout::kBlocks;
+  bool in_lanes() const { return layout == GgmlLayout::kLanes; }
 };
 
 // Whether Q6_K and Q4_K matrices pay to be loaded in lanes: the CPU has the AVX-512 VBMI byte

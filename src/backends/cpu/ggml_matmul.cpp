@@ -27,7 +27,7 @@ const uint8_t* row_of(const GgmlMatrix& w, int64_t n) { return w.blocks + static
 }  // namespace
 
 void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out) {
-  dequantize_row(w.type, w.lanes ? GgmlLayout::kLanes : GgmlLayout::kBlocks, row_of(w, n), out, w.K);
+  dequantize_row(w.type, w.layout, row_of(w, n), out, w.K);
 }
 
 namespace {

@@ -348,9 +348,9 @@ void rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, i
   prefetch_buffer(p.offset.data(), p.offset.size());
   prefetch_buffer(p.sums.data(), p.sums.size());
   for (int64_t n = n0; n < n1; ++n) {
-    if (w.lanes && w.type == GgmlType::kQ6_K) {
+    if (w.in_lanes() && w.type == GgmlType::kQ6_K) {
       q6k_lanes_row<kT>(p, w, bias, y, n, last_page);
-    } else if (w.lanes) {
+    } else if (w.in_lanes()) {
       q4k_lanes_row<kT>(p, w, bias, y, n, last_page);
     } else if (w.type == GgmlType::kQ6_K) {
       q6k_row<kT>(p, w, bias, y, n, last_page);
@@ -364,13 +364,13 @@ void rows(const Q8Blocks& p, const GgmlMatrix& w, const float* bias, float* y, i
 
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T) {
   return has_avx512_vnni() && (w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K) && T <= 4 && w.K % kBlock == 0 &&
-         (!w.lanes || has_avx512_vbmi());
+         (!w.in_lanes() || has_avx512_vbmi());
 }
 
 bool ggml_lanes_pay(Isa isa) { return isa == Isa::kAvx512 && has_avx512_vbmi(); }
 
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y) {
-  const Q8Blocks p = quantize_x(x, T, w.K, w.type, w.lanes);
+  const Q8Blocks p = quantize_x(x, T, w.K, w.type, w.in_lanes());
   auto run = [&](int64_t a, int64_t b) {
     switch (T) {
       case 1: rows<1>(p, w, bias, y, a, b); break;
