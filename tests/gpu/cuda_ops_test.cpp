@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/ggml_kernels.h"
@@ -283,14 +284,18 @@ TEST(CudaOps, KvWriteRoundsLikeTheCpu) {
   const std::vector<int32_t> slots = {0, 19, 4, 5, 11, 2};
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
     ops::KvLayer host{Tensor::zeros({blocks, bs, Hkv, Dh}, type), Tensor::zeros({blocks, bs, Hkv, Dh}, type)};
-    cpu::KvWriteArgs a{k.data(), v.data(), T, row, slots.data(), blocks * bs, host.k.raw(), host.v.raw(), type};
+    const cpu::KvOrder order{bs, Hkv, Dh};
+    cpu::KvWriteArgs a{k.data(), v.data(), T, slots.data(), blocks * bs, order, host.k.raw(), host.v.raw(), type};
     cpu::kv_write(Isa::kScalar, a);
     ops::KvLayer gpu{Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu),
                      Tensor::zeros({blocks, bs, Hkv, Dh}, type, kGpu)};
     ops::kv_write(ctx, on_gpu({T, Hkv, Dh}, k), on_gpu({T, Hkv, Dh}, v), on_gpu_i32({T}, slots), gpu);
-    for (auto [want, got] : {std::pair{&host.k, &gpu.k}, std::pair{&host.v, &gpu.v}}) {
+    // The GPU's cache is slot-major, the CPU's in its own order inside each block (KvOrder).
+    for (auto [want, got, keys] : {std::tuple{&host.k, &gpu.k, true}, std::tuple{&host.v, &gpu.v, false}}) {
       const Tensor back = got->to_device(kCpu);
-      EXPECT_EQ(std::memcmp(back.raw(), want->raw(), want->nbytes()), 0) << dtype_name(type);
+      Tensor reordered = Tensor::zeros(back.shape(), type);
+      cpu::kv_to_cpu_order(back.raw(), reordered.raw(), dtype_size(type), blocks * bs, order, keys);
+      EXPECT_EQ(std::memcmp(reordered.raw(), want->raw(), want->nbytes()), 0) << dtype_name(type);
     }
     ops::kv_write(ctx, on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))),
                   on_gpu({1, Hkv, Dh}, std::vector<float>(size_t(row))), on_gpu_i32({1}, {20}), gpu);
@@ -555,7 +560,12 @@ TEST(CudaOps, AttentionMatchesTheScalarReference) {
           a.q = q.data();
           a.out = want.data();
           a.T = T, a.Hq = Hq, a.Hkv = Hkv, a.Dh = Dh;
-          a.k_cache = kc.raw(), a.v_cache = vc.raw(), a.kv_dtype = type;
+          // The CPU reads its own order inside each block (KvOrder); the GPU the slot-major one.
+          Tensor kc_cpu = Tensor::zeros(kc.shape(), type), vc_cpu = Tensor::zeros(vc.shape(), type);
+          const cpu::KvOrder order{block_size, Hkv, Dh};
+          cpu::kv_to_cpu_order(kc.raw(), kc_cpu.raw(), dtype_size(type), total_blocks * block_size, order, true);
+          cpu::kv_to_cpu_order(vc.raw(), vc_cpu.raw(), dtype_size(type), total_blocks * block_size, order, false);
+          a.k_cache = kc_cpu.raw(), a.v_cache = vc_cpu.raw(), a.kv_dtype = type;
           a.block_size = block_size;
           a.seq_starts = starts.data(), a.context_lens = ctx_lens.data(), a.block_tables = tables.data();
           a.n_seqs = S, a.max_blocks = max_blocks, a.scale = scale, a.window = window;

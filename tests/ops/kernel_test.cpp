@@ -537,6 +537,15 @@ struct AttentionSetup {
       for (float x : k_cache) k_cache16.push_back(c.kv_dtype == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x));
       for (float x : v_cache) v_cache16.push_back(c.kv_dtype == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x));
     }
+    // Built slot-major above; the kernels read each block in the CPU's order.
+    const cpu::KvOrder order{c.block_size, c.Hkv, c.Dh};
+    const int64_t slots = total_blocks * c.block_size;
+    auto reorder = [&](auto& cache, bool keys) {
+      auto slot_major = cache;
+      cpu::kv_to_cpu_order(slot_major.data(), cache.data(), sizeof(cache[0]), slots, order, keys);
+    };
+    reorder(k_cache, true), reorder(v_cache, false);
+    if (c.kv_dtype != DType::kF32) reorder(k_cache16, true), reorder(v_cache16, false);
   }
 
   float scale() const { return 1.0f / std::sqrt(float(c.Dh)); }
@@ -680,9 +689,8 @@ TEST(ops_kernel, AttentionDecodeSpans) {
   expect_simd_matches_scalar({4, 4, 64, 40, 300, {1, 1}, {650, 90}, DType::kBF16}, rng);
   // Prompts of 17 and 33 rows: a lone last row after the tiles of 16 goes as a decode row.
   expect_simd_matches_scalar({4, 2, 64, 16, 0, {17, 33}, {0, 500}, DType::kF16}, rng);
-  // Query heads in vectors of 16: the K pass two positions at a time (groups of 2, 4 and 1; spans
-  // that start mid-block under a window; runs of 3 rows, an odd end), then a group of 16, 28 and
-  // 20 heads, head by head.
+  // The K pass's query heads four, two and one at a time (groups of 2, 4, 1, 16, 7 and 10; spans
+  // that start mid-block under a window; runs of 3 rows, an odd end).
   expect_simd_matches_scalar({16, 8, 128, 16, 0, {1, 1}, {700, 45}, DType::kF16}, rng);
   expect_simd_matches_scalar({32, 8, 64, 16, 300, {1}, {650}, DType::kBF16}, rng);
   expect_simd_matches_scalar({16, 16, 64, 3, 0, {1}, {400}, DType::kF32}, rng);
@@ -711,6 +719,37 @@ TEST(ops_kernel, AttentionLongPrefill) {
 }
 
 // ---------------------------------------------------------------- kv_write
+
+// Rows written to slots land where KvOrder says, rounded as store_f32_as rounds, every ISA the
+// same: against the slot-major cache put in the CPU's order by kv_to_cpu_order.
+TEST(ops_kernel, KvWriteStoresInTheCpuOrder) {
+  std::mt19937 rng(16);
+  const int64_t blocks = 3, bs = 5, Hkv = 2, Dh = 24, T = 4, row = Hkv * Dh;
+  const std::vector<float> k = random_floats(rng, size_t(T * row)), v = random_floats(rng, size_t(T * row));
+  const std::vector<int32_t> slots = {14, 0, 7, 5};
+  const cpu::KvOrder order{bs, Hkv, Dh};
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const size_t elem = dtype_size(type), bytes = size_t(blocks * bs * row) * elem;
+    std::vector<char> want_k(bytes, 0), want_v(bytes, 0);
+    {
+      std::vector<char> slot_k(bytes, 0), slot_v(bytes, 0);
+      for (int64_t t = 0; t < T; ++t) {
+        cpu::store_f32_as(Isa::kScalar, k.data() + t * row, type, slot_k.data() + size_t(slots[size_t(t)] * row) * elem,
+                          row);
+        cpu::store_f32_as(Isa::kScalar, v.data() + t * row, type, slot_v.data() + size_t(slots[size_t(t)] * row) * elem,
+                          row);
+      }
+      cpu::kv_to_cpu_order(slot_k.data(), want_k.data(), elem, blocks * bs, order, true);
+      cpu::kv_to_cpu_order(slot_v.data(), want_v.data(), elem, blocks * bs, order, false);
+    }
+    for (Isa isa : all_isas()) {
+      std::vector<char> got_k(bytes, 0), got_v(bytes, 0);
+      cpu::kv_write(isa, {k.data(), v.data(), T, slots.data(), blocks * bs, order, got_k.data(), got_v.data(), type});
+      EXPECT_EQ(got_k, want_k) << dtype_name(type) << " " << cpu::isa_name(isa);
+      EXPECT_EQ(got_v, want_v) << dtype_name(type) << " " << cpu::isa_name(isa);
+    }
+  }
+}
 
 // f32 -> f16/bf16 as the cache stores it: every ISA rounds exactly as f32_to_f16 / f32_to_bf16
 // do, on random values and on the edges (ties, subnormals, overflow, infinities, NaN).

@@ -1,13 +1,15 @@
 // Varlen paged attention with GQA, causal and sliding-window masks.
-// q: [T, Hq, Dh] f32; K/V cache: [n_blocks, block_size, Hkv, Dh] f32|f16|bf16; out: [T, Hq, Dh] f32.
+// q: [T, Hq, Dh] f32; K/V cache: [n_blocks, block_size, Hkv, Dh] f32|f16|bf16, each block's elements
+// in the CPU's order (KvOrder, kernels.h: K [Hkv, Dh, block_size], V [Hkv, block_size, Dh]);
+// out: [T, Hq, Dh] f32.
 // Query row t of sequence s sits at cache index c = context_lens[s] + t - seq_starts[s];
 // it attends to cache indices j in [lo, c], lo = max(0, c - window + 1) with a window.
 // Exact two-pass softmax per (row, head): scores, max, exp, normalize, weighted sum of V.
 // On AVX-512 with head dims 64 and 128, a decode row's positions split into spans (one per
-// thread where the context allows), each walked block by block in memory order for every head
+// thread where the context allows), each walked block by block in memory order, head by head,
 // and merged afterwards (run_span, merge_spans); prefill rows run in tiles of 16 rows of one
-// sequence that share each block of 16 K/V rows, widened to f32 once (run_tile), a lone row
-// left over from the tiles as a decode row.
+// sequence that share each block of 16 keys and values, widened to f32 once (run_tile), a lone
+// row left over from the tiles as a decode row.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -17,13 +19,11 @@
 
 #include "backends/cpu/dot.h"
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/page_prefetch.h"
 
 namespace hearth::cpu {
 namespace {
 
-constexpr int64_t kPrefetchRows = 8;  // K/V rows fetched ahead of the one in use (into L2)
-constexpr int64_t kTileRows = 16;     // prefill query rows that share each K/V row read
+constexpr int64_t kTileRows = 16;  // prefill query rows that share each K/V row read
 
 // out += p * v over Dh; v of the cache's element type KT.
 template <DType KT>
@@ -68,26 +68,6 @@ HEARTH_AVX512 float exp_sum_avx512(float* s, int64_t n, float mx) {
   return _mm512_reduce_add_ps(sum);
 }
 
-// Lane j of the result = the sum of the 16 lanes of v[j]. Pairs of vectors are interleaved and
-// added (each 128-bit lane then holds four vectors' sums over its four floats), then the 128-bit
-// lanes of four such vectors are transposed and added.
-HEARTH_AVX512 inline __m512 sum16(const __m512 (&v)[16]) {
-  __m512 pairs[8], quads[4];
-  for (int i = 0; i < 8; ++i)
-    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
-    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  // quads[i], 128-bit lane L: the sums over lane L of v[4i .. 4i + 3].
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                  _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                  _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 // The workers' buffers are read with 64-byte vector loads, so they start on a cache line: in a
 // malloc'd buffer (16-byte aligned) every such load may split two lines, and where the buffers
 // happened to fall moved the prefill attention by 5-7% (bench/RESULTS.md, 2026-12-05).
@@ -105,21 +85,16 @@ using LineFloats = std::vector<float, LineAligned<float>>;
 
 // Buffers of one worker.
 struct Scratch {
-  LineFloats scores;    // [rows, heads, context]; a decode span's [context, Hq rounded up to 16]
-  LineFloats rows;      // [16, Dh]: a block of 16 K or V rows widened to f32
+  LineFloats scores;    // [rows, heads, context]; a decode span's [Hq, context rounded up to 16]
+  LineFloats rows;      // [16 * Dh]: 16 keys or values widened to f32 (a tile), or one key (run_one)
   LineFloats out;       // [rows, heads, Dh]: a tile's output sums
-  LineFloats head_max;  // [Hq rounded up to 16]: a span's running maximum score per head
-  LineFloats head_sum;  // [Hq rounded up to 16]: a span's sum of e^(s - max) per head
+  LineFloats head_max;  // [Hq, 16]: a decode span's running maximum score per head, lane by lane
 };
-
-// Heads rounded up to a whole vector of 16: the width of a decode span's position-major scores.
-int64_t padded_heads(int64_t Hq) { return (Hq + 15) / 16 * 16; }
 
 // Floats per head in a decode span's state: Dh sums, m, l, padded to whole 64-byte lines so that
 // every head's sums start on a line (Dh is 64 or 128 there). The V pass loads and stores them
-// around every two positions; at Dh + 2 most of those accesses split two lines:
-// cpu_attention_bench 4096 read 31-34 GB/s of K and V with two threads, against 42-50 now
-// (bench/RESULTS.md, stop 35).
+// around every run of positions; at Dh + 2 most of those accesses split two lines (bench/RESULTS.md,
+// stop 35).
 constexpr int64_t state_width(int64_t Dh) { return Dh + 16; }
 
 // The first key that cache index c attends to (0, or the start of its window).
@@ -127,8 +102,8 @@ int64_t first_key(const AttentionArgs& a, int64_t c) {
   return a.window > 0 ? std::max<int64_t>(0, c - a.window + 1) : 0;
 }
 
-// One query row's heads against the cache, whose elements are KT (f32, f16 or bf16); scores
-// and sums are f32.
+// One query row's heads against the cache, whose elements are KT (f32, f16 or bf16) in the CPU's
+// order (KvOrder, kernels.h); scores and sums are f32.
 template <DType KT>
 struct RowHead {
   using Elem = std::conditional_t<KT == DType::kF32, float, uint16_t>;
@@ -137,41 +112,41 @@ struct RowHead {
   Scratch& scratch;
   LineFloats& scores = scratch.scores;
 
-  // Calls visit(j, row) for cache indices j = lo .. c in order, row = that position's
-  // [Dh] vector of kv_head. Positions run contiguously within a block (rows Hkv * Dh apart),
-  // so the block table is read, and the position divided, once per block, not per row.
-  // Always inlined, so that the AVX-512 callers' visitors inline into their loops.
+  KvOrder order() const { return {a.block_size, a.Hkv, a.Dh}; }
+  int64_t slot_of(int64_t seq, int64_t j) const {
+    return static_cast<int64_t>(a.block_tables[seq * a.max_blocks + j / a.block_size]) * a.block_size +
+           j % a.block_size;
+  }
+  // Key j of kv_head: dim d at key(...)[d * block_size].
+  const Elem* key(int64_t seq, int64_t j, int64_t kv_head) const {
+    return static_cast<const Elem*>(a.k_cache) + order().k_at(slot_of(seq, j), kv_head, 0);
+  }
+  // Value j of kv_head: Dh elements in a row.
+  const Elem* value(int64_t seq, int64_t j, int64_t kv_head) const {
+    return static_cast<const Elem*>(a.v_cache) + order().v_at(slot_of(seq, j), kv_head, 0);
+  }
+
+  // Calls visit(j, key, value) for cache indices j = lo .. c in order (key and value as above).
+  // Within a block the next position's key is one element on and its value Dh on, so the block
+  // table is read, and the position divided, once per block.
   template <typename Visit>
-  __attribute__((always_inline)) void for_each_row(const void* cache, int64_t seq, int64_t lo, int64_t c,
-                                                   int64_t kv_head, const Visit& visit) const {
-    const int64_t stride = a.Hkv * a.Dh;
-    const int64_t row_bytes = a.Dh * static_cast<int64_t>(sizeof(Elem));
+  __attribute__((always_inline)) void for_each_position(int64_t seq, int64_t lo, int64_t c, int64_t kv_head,
+                                                        const Visit& visit) const {
     for (int64_t j = lo; j <= c;) {
-      const int64_t b = j / a.block_size, end = std::min(c + 1, (b + 1) * a.block_size);
-      const int64_t slot =
-          static_cast<int64_t>(a.block_tables[seq * a.max_blocks + b]) * a.block_size + j % a.block_size;
-      const Elem* row = static_cast<const Elem*>(cache) + slot * stride + kv_head * a.Dh;
-      for (; j < end; ++j, row += stride) {
-        // Rows of one head are Hkv * Dh elements apart (2-4 KiB for 8 heads of 128): too far
-        // apart for the hardware prefetchers, so the rows a few positions on are fetched by hand,
-        // into L2 (T1): L1's few miss buffers capped the stream (4 rows into L1: 9-11 GB/s of
-        // K and V on the 2-core EPYC; 8 rows into L2: 11-13; cpu_attention_bench).
-        if (j + kPrefetchRows < end) {
-          const char* ahead = reinterpret_cast<const char*>(row + kPrefetchRows * stride);
-          for (int64_t byte = 0; byte < row_bytes; byte += 64) _mm_prefetch(ahead + byte, _MM_HINT_T1);
-        }
-        visit(j, row);
-      }
+      const int64_t end = std::min(c + 1, (j / a.block_size + 1) * a.block_size);
+      const Elem* k = key(seq, j, kv_head);
+      const Elem* v = value(seq, j, kv_head);
+      for (; j < end; ++j, ++k, v += a.Dh) visit(j, k, v);
     }
   }
 
   // Prefill tiles on AVX-512 with Dh = 16 * kD: `rows` consecutive query rows t0 .. of one
   // sequence (cache indices c0, c0 + 1, ...) and the kG query heads h0 .. of one KV head. Keys go
-  // 16 at a time: their K (then V) rows are widened into scratch.rows once and serve every row
-  // and head of the tile, where the per-row kernel reads and widens each of them once per
-  // query row. Scores come from the 16 partial dots through sum16, as in run_span; each
-  // row keeps only its own keys [lo_r, c_r] (causal, window), so its scores, softmax and sums
-  // are those of the per-row kernel.
+  // 16 at a time, widened to f32 once into scratch.rows for every row and head of the tile: K as
+  // [Dh, 16] (a dim's 16 keys side by side, as the cache keeps them), so that four rows' scores
+  // of 16 keys build up lane by lane with no horizontal sums; V as [16, Dh]. Each row keeps only
+  // its own keys [lo_r, c_r] (causal, window), so its scores, softmax and sums are those of the
+  // per-row kernel.
   template <int kD, int kG>
   HEARTH_AVX512 __attribute__((flatten)) void run_tile(int64_t t0, int64_t rows, int64_t seq, int64_t h0,
                                                        int64_t kv_head) const {
@@ -183,49 +158,64 @@ struct RowHead {
     // scores of (row r, head g) at key j: scores[(r * kG + g) * n + j - first].
     std::array<float, kTileRows * kG> row_max, inv;
     row_max.fill(-INFINITY);
-    auto widen_block = [&](const void* cache, int64_t j0, int64_t count) HEARTH_AVX512 {
+    auto widen_keys = [&](int64_t j0, int64_t count) HEARTH_AVX512 {
+      if (j0 % a.block_size + count <= a.block_size) {  // one block's run: vector loads
+        const Elem* k = key(seq, j0, kv_head);
+        const __mmask16 m = simd::tail_mask16(count);
+        for (int64_t d = 0; d < Dh; ++d) _mm512_storeu_ps(block + d * 16, simd::load16<KT>(k, d * a.block_size, m));
+        return;
+      }
+      std::fill(block, block + Dh * 16, 0.0f);
       int64_t jj = 0;
-      for_each_row(cache, seq, j0, j0 + count - 1, kv_head, [&](int64_t, const Elem* src) HEARTH_AVX512 {
-        for (int i = 0; i < kD; ++i) _mm512_storeu_ps(block + jj * Dh + 16 * i, simd::load16<KT>(src, 16 * i, 0xffff));
+      for_each_position(seq, j0, j0 + count - 1, kv_head, [&](int64_t, const Elem* k, const Elem*) {
+        for (int64_t d = 0; d < Dh; ++d) block[d * 16 + jj] = load_scalar(k, KT, d * a.block_size);
+        ++jj;
+      });
+    };
+    auto widen_values = [&](int64_t j0, int64_t count) HEARTH_AVX512 {
+      int64_t jj = 0;
+      for_each_position(seq, j0, j0 + count - 1, kv_head, [&](int64_t, const Elem*, const Elem* v) HEARTH_AVX512 {
+        for (int i = 0; i < kD; ++i) _mm512_storeu_ps(block + jj * Dh + 16 * i, simd::load16<KT>(v, 16 * i, 0xffff));
         ++jj;
       });
       for (; jj < 16; ++jj) std::fill(block + jj * Dh, block + (jj + 1) * Dh, 0.0f);
     };
-    // For each block of 16 keys from j0 (widened from `cache` into block), visit(r, j0, from, to)
-    // for each row r with keys in it: lanes from .. to of the block.
-    auto for_each_block = [&](const void* cache, const auto& visit) HEARTH_AVX512 {
-      for (int64_t j0 = first; j0 <= last; j0 += 16) {
-        const int64_t count = std::min<int64_t>(16, last + 1 - j0);
-        widen_block(cache, j0, count);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t from = std::max<int64_t>(0, lo_of(r) - j0), to = std::min<int64_t>(count - 1, c0 + r - j0);
-          if (from <= to) visit(r, j0, from, to);
-        }
-      }
+    // Row r's keys in the block of 16 from j0 (count of them): lanes from .. to, or from > to.
+    auto lanes_of = [&](int64_t r, int64_t j0, int64_t count) {
+      return std::pair{std::max<int64_t>(0, lo_of(r) - j0), std::min<int64_t>(count - 1, c0 + r - j0)};
     };
-    for_each_block(a.k_cache, [&](int64_t r, int64_t j0, int64_t from, int64_t to) HEARTH_AVX512 {
-      const int64_t lo = lo_of(r);
-      const __mmask16 keep = static_cast<__mmask16>(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
-      for (int g = 0; g < kG; ++g) {
-        const float* q = a.q + ((t0 + r) * a.Hq + h0 + g) * Dh;
-        __m512 qv[kD];
-        for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
-        __m512 partial[16];
-        for (int jj = 0; jj < 16; ++jj) {
-          const float* k = block + jj * Dh;
-          __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-          for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(k + 16 * i), acc);
-          partial[jj] = acc;
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    for (int64_t j0 = first; j0 <= last; j0 += 16) {
+      const int64_t count = std::min<int64_t>(16, last + 1 - j0);
+      widen_keys(j0, count);
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        // Rows r0 .. r0 + 3 (past the tile's last row: that row again, its sums unused).
+        const float* q[4];
+        for (int i = 0; i < 4; ++i) q[i] = a.q + ((t0 + std::min<int64_t>(r0 + i, rows - 1)) * a.Hq + h0) * Dh;
+        __m512 acc[4][kG];
+        for (auto& row : acc)
+          for (__m512& x : row) x = _mm512_setzero_ps();
+        for (int64_t d = 0; d < Dh; ++d) {
+          const __m512 keys = _mm512_loadu_ps(block + d * 16);
+          for (int i = 0; i < 4; ++i)
+            for (int g = 0; g < kG; ++g) acc[i][g] = _mm512_fmadd_ps(_mm512_set1_ps(q[i][g * Dh + d]), keys, acc[i][g]);
         }
-        const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
-        // Lanes from .. to, moved down to lane 0, land at key j0 + from of the row's scores.
-        float* dst = scores.data() + (r * kG + g) * n + (j0 + from - lo);
-        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << (to - from + 1)) - 1),
-                              _mm512_maskz_compress_ps(keep, sc));
-        float& m = row_max[static_cast<size_t>(r * kG + g)];
-        m = std::max(m, _mm512_mask_reduce_max_ps(keep, sc));
+        for (int64_t r = r0; r < std::min<int64_t>(rows, r0 + 4); ++r) {
+          const auto [from, to] = lanes_of(r, j0, count);
+          if (from > to) continue;
+          const __mmask16 keep = static_cast<__mmask16>(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
+          for (int g = 0; g < kG; ++g) {
+            const __m512 sc = _mm512_mul_ps(acc[r - r0][g], scale);
+            // Lanes from .. to, moved down to lane 0, land at key j0 + from of the row's scores.
+            float* dst = scores.data() + (r * kG + g) * n + (j0 + from - lo_of(r));
+            _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << (to - from + 1)) - 1),
+                                  _mm512_maskz_compress_ps(keep, sc));
+            float& m = row_max[static_cast<size_t>(r * kG + g)];
+            m = std::max(m, _mm512_mask_reduce_max_ps(keep, sc));
+          }
+        }
       }
-    });
+    }
     // Softmax per (row, head) over its own keys.
     for (int64_t r = 0; r < rows; ++r) {
       for (int g = 0; g < kG; ++g) {
@@ -235,21 +225,27 @@ struct RowHead {
     }
     float* out = scratch.out.data();
     std::fill(out, out + rows * kG * Dh, 0.0f);
-    for_each_block(a.v_cache, [&](int64_t r, int64_t j0, int64_t from, int64_t to) HEARTH_AVX512 {
-      const int64_t lo = lo_of(r);
-      for (int g = 0; g < kG; ++g) {
-        const size_t rg = static_cast<size_t>(r * kG + g);
-        float* o_row = out + rg * Dh;
-        __m512 o[kD];
-        for (int i = 0; i < kD; ++i) o[i] = _mm512_loadu_ps(o_row + 16 * i);
-        const float* p = scores.data() + rg * n;  // key j at p[j - lo]
-        for (int64_t jj = from; jj <= to; ++jj) {
-          const __m512 pv = _mm512_set1_ps(p[j0 + jj - lo] * inv[rg]);
-          for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(block + jj * Dh + 16 * i), o[i]);
+    for (int64_t j0 = first; j0 <= last; j0 += 16) {
+      const int64_t count = std::min<int64_t>(16, last + 1 - j0);
+      widen_values(j0, count);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto [from, to] = lanes_of(r, j0, count);
+        if (from > to) continue;
+        const int64_t lo = lo_of(r);
+        for (int g = 0; g < kG; ++g) {
+          const size_t rg = static_cast<size_t>(r * kG + g);
+          float* o_row = out + rg * Dh;
+          __m512 o[kD];
+          for (int i = 0; i < kD; ++i) o[i] = _mm512_loadu_ps(o_row + 16 * i);
+          const float* p = scores.data() + rg * n;  // key j at p[j - lo]
+          for (int64_t jj = from; jj <= to; ++jj) {
+            const __m512 pv = _mm512_set1_ps(p[j0 + jj - lo] * inv[rg]);
+            for (int i = 0; i < kD; ++i) o[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(block + jj * Dh + 16 * i), o[i]);
+          }
+          for (int i = 0; i < kD; ++i) _mm512_storeu_ps(o_row + 16 * i, o[i]);
         }
-        for (int i = 0; i < kD; ++i) _mm512_storeu_ps(o_row + 16 * i, o[i]);
       }
-    });
+    }
     for (int64_t r = 0; r < rows; ++r) {
       for (int g = 0; g < kG; ++g) {
         std::copy_n(out + (r * kG + g) * Dh, Dh, a.out + ((t0 + r) * a.Hq + h0 + g) * Dh);
@@ -257,245 +253,165 @@ struct RowHead {
     }
   }
 
-  // The pages kPagePrefetchAhead past the position row at `position` (row_bytes: all heads), in a
-  // run of rows ending at run_end, followed into the next run (`next`, where the block table goes
-  // on; null at the span's end). Both decode passes read each run in ascending order.
-  static void prefetch_rows_ahead(const Elem* position, int64_t row_bytes, const char* run_end, const Elem* next,
-                                  uintptr_t& last_page) {
-    for (int64_t byte = 0; byte < row_bytes; byte += 4096) {
-      const char* ahead = reinterpret_cast<const char*>(position) + byte + kPagePrefetchAhead;
-      if (ahead >= run_end) {
-        if (next == nullptr) return;
-        ahead = reinterpret_cast<const char*>(next) + (ahead - run_end);
+  // A decode span's positions j .. j + rows - 1 (rows <= 16) in one block: keys of KV head 0 at
+  // k (head h at k + h * Dh * block_size, dim d of position j + r at [d * block_size + r]) and
+  // values at v (head h at v + h * block_size * Dh, position j + r at [r * Dh]).
+  struct Run {
+    int64_t j, rows;
+    const Elem* k;
+    const Elem* v;
+  };
+
+  // Scores of query heads h .. h + kH (one KV head's, kvh) at the positions of four runs: for each
+  // dim, its 16 positions' keys (one vector load per run) times the heads' q at that dim, so each
+  // head's scores of a run build up in one vector, no horizontal sums. Stores them scaled at
+  // sc[head * ns + position - j0] and raises the heads' running maxima hmax[head * 16 ..] lane by
+  // lane. A run of no rows loads and stores nothing.
+  template <int kD, int kH, bool kFull>
+  HEARTH_AVX512 __attribute__((always_inline)) void key_scores_(int64_t t, int64_t kvh, int64_t h, const Run (&runs)[4],
+                                                                int64_t j0, int64_t ns, float* sc, float* hmax) const {
+    constexpr int kSplit = kH <= 2 ? 2 : 1;  // even and odd dims in sums of their own: 8 or more FMA chains
+    constexpr int64_t Dh = 16 * kD;
+    const int64_t bs = a.block_size;
+    const float* q = a.q + (t * a.Hq + h) * Dh;  // head h + i at q + i * Dh
+    const Elem* k[4];
+    __mmask16 m[4];
+    for (int c = 0; c < 4; ++c) {
+      k[c] = runs[c].k + kvh * Dh * bs;
+      m[c] = simd::tail_mask16(runs[c].rows);
+      // The first lines of the run's next head (or of the next block): the hardware stream
+      // restarts at each 4 KiB page (page_prefetch.h).
+      _mm_prefetch(reinterpret_cast<const char*>(k[c] + Dh * bs), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(k[c] + Dh * bs) + 64, _MM_HINT_T0);
+    }
+    __m512 acc[kSplit][4][kH];
+    for (auto& split : acc)
+      for (auto& run : split)
+        for (__m512& x : run) x = _mm512_setzero_ps();
+    for (int64_t d = 0; d < Dh; d += kSplit) {
+      for (int s = 0; s < kSplit; ++s) {
+        __m512 qd[kH];
+        for (int i = 0; i < kH; ++i) qd[i] = _mm512_set1_ps(q[i * Dh + d + s]);
+        for (int c = 0; c < 4; ++c) {
+          const __m512 keys = simd::load16<KT>(k[c], (d + s) * bs, kFull ? static_cast<__mmask16>(0xffff) : m[c]);
+          for (int i = 0; i < kH; ++i) acc[s][c][i] = _mm512_fmadd_ps(qd[i], keys, acc[s][c][i]);
+        }
       }
-      prefetch_page(ahead, last_page);
+    }
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    for (int c = 0; c < 4; ++c) {
+      if (runs[c].rows == 0) continue;
+      for (int i = 0; i < kH; ++i) {
+        __m512 s = acc[0][c][i];
+        if constexpr (kSplit == 2) s = _mm512_add_ps(s, acc[1][c][i]);
+        s = _mm512_mul_ps(s, scale);
+        _mm512_mask_storeu_ps(sc + (h + i) * ns + runs[c].j - j0, m[c], s);
+        float* hm = hmax + (h + i) * 16;
+        const __m512 old = _mm512_loadu_ps(hm);
+        _mm512_storeu_ps(hm, _mm512_mask_max_ps(old, m[c], old, s));
+      }
     }
   }
 
-  // The decode K pass when Hq % 16 == 0 and kGroup (<= 8) query heads share each KV head:
-  // positions in memory order, and at each position every KV head's K row widened once and
-  // multiplied with its kGroup query heads (q read from L1), 8 heads of two positions' partial
-  // dots at a time, summed by one sum16 into their scores. A block is read as one ascending run.
-  template <int kD, int kGroup, typename ForEachBlock>
-  HEARTH_AVX512 __attribute__((always_inline)) void k_pass_by_position(int64_t t, int64_t j0,
-                                                                       const ForEachBlock& for_each_block,
-                                                                       float* scores_of, float* head_max) const {
-    const int64_t stride = a.Hkv * a.Dh, Dh = a.Dh, width = padded_heads(a.Hq);
-    const float* q = a.q + t * a.Hq * Dh;
-    const __m512 scale = _mm512_set1_ps(a.scale);
-    uintptr_t last_page = 0;
-    const int64_t row_bytes = stride * static_cast<int64_t>(sizeof(Elem));
-    for_each_block(a.k_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
-      // The K pass reads each run of rows in ascending order: the pages kPagePrefetchAhead on,
-      // as the panel decode does, followed into the next run (`next`, where the block table
-      // goes on) past this one's end. A prefetch of the next run's whole row at each row, as
-      // before, read 10-20% slower (cpu_attention_bench; bench/RESULTS.md, 2026-12-05).
-      const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
-      for (int64_t r = 0; r < rows; r += 2) {
-        // Two positions at a time (the second the first again at an odd end), 8 heads of each:
-        // each q vector loaded from L1 serves both, half the loads of q per position.
-        const bool pair = r + 1 < rows;
-        const Elem* position = base + r * stride;
-        const Elem* second = pair ? position + stride : position;
-        prefetch_rows_ahead(position, row_bytes, run_end, next, last_page);
-        if (pair) prefetch_rows_ahead(second, row_bytes, run_end, next, last_page);
-        float* dst = scores_of + (j - j0 + r) * width;
-        for (int64_t h0 = 0; h0 < a.Hq; h0 += 8) {
-          __m512 partial[16];  // [0, 8): the first position's heads h0 .., [8, 16): the second's
-          for (int i = 0; i < 16; ++i) partial[i] = _mm512_setzero_ps();
-          for (int kv = 0; kv < 8 / kGroup; ++kv) {
-            const int64_t at = (h0 / kGroup + kv) * Dh;
-            for (int i = 0; i < kD; ++i) {
-              const __m512 k0 = simd::load16<KT>(position + at, 16 * i, 0xffff);
-              const __m512 k1 = simd::load16<KT>(second + at, 16 * i, 0xffff);
-              for (int g = 0; g < kGroup; ++g) {
-                const int head = kv * kGroup + g;
-                const __m512 qv = _mm512_loadu_ps(q + (h0 + head) * Dh + 16 * i);
-                partial[head] = _mm512_fmadd_ps(qv, k0, partial[head]);
-                partial[8 + head] = _mm512_fmadd_ps(qv, k1, partial[8 + head]);
-              }
-            }
-          }
-          const __m512 sc = _mm512_mul_ps(sum16(partial), scale);
-          const __m256 first_sc = _mm512_castps512_ps256(sc), second_sc = _mm512_extractf32x8_ps(sc, 1);
-          _mm256_storeu_ps(dst + h0, first_sc);
-          if (pair) _mm256_storeu_ps(dst + width + h0, second_sc);
-          _mm256_storeu_ps(head_max + h0,
-                           _mm256_max_ps(_mm256_loadu_ps(head_max + h0), _mm256_max_ps(first_sc, second_sc)));
-        }
-      }
-    });
+  template <int kD, int kH>
+  HEARTH_AVX512 __attribute__((always_inline)) void key_scores(int64_t t, int64_t kvh, int64_t h, const Run (&runs)[4],
+                                                               int64_t j0, int64_t ns, float* sc, float* hmax) const {
+    if (runs[0].rows == 16 && runs[1].rows == 16 && runs[2].rows == 16 && runs[3].rows == 16)
+      return key_scores_<kD, kH, true>(t, kvh, h, runs, j0, ns, sc, hmax);
+    return key_scores_<kD, kH, false>(t, kvh, h, runs, j0, ns, sc, hmax);
   }
 
-  // The decode K pass for other head counts: one query head at a time over a block's 16
-  // positions (its 16 partial dots, q and a K row fit the 32 registers), the 16 scores written
-  // to their positions' rows; the padding heads' lanes are zero.
-  template <int kD, typename ForEachBlock, typename PrefetchShare>
-  HEARTH_AVX512 __attribute__((always_inline)) void k_pass_by_head(int64_t t, int64_t j0,
-                                                                   const ForEachBlock& for_each_block,
-                                                                   const PrefetchShare& prefetch_share,
-                                                                   int64_t head_share, float* scores_of,
-                                                                   float* head_max) const {
-    const int64_t stride = a.Hkv * a.Dh, Dh = a.Dh, width = padded_heads(a.Hq), group = a.Hq / a.Hkv;
-    for_each_block(a.k_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
-      const __mmask16 m = simd::tail_mask16(rows);
-      for (int64_t h = 0; h < a.Hq; ++h) {
-        prefetch_share(next, h, head_share);
-        __m512 qv[kD];
-        for (int i = 0; i < kD; ++i) qv[i] = _mm512_loadu_ps(a.q + (t * a.Hq + h) * Dh + 16 * i);
-        __m512 partial[16];
-        const Elem* k = base + h / group * Dh;
-        for (int64_t r = 0; r < 16; ++r, k += stride) {
-          if (r >= rows) {
-            partial[r] = _mm512_setzero_ps();
-            continue;
-          }
-          __m512 acc = _mm512_mul_ps(qv[0], simd::load16<KT>(k, 0, 0xffff));
-          for (int i = 1; i < kD; ++i) acc = _mm512_fmadd_ps(qv[i], simd::load16<KT>(k, 16 * i, 0xffff), acc);
-          partial[r] = acc;
-        }
-        const __m512 sc = _mm512_mul_ps(sum16(partial), _mm512_set1_ps(a.scale));
-        alignas(64) float lanes[16];
-        _mm512_store_ps(lanes, sc);
-        for (int64_t r = 0; r < rows; ++r) scores_of[(j - j0 + r) * width + h] = lanes[r];
-        head_max[h] = std::max(head_max[h], _mm512_mask_reduce_max_ps(m, sc));
+  // The V sums of query heads h .. h + kV (KV head kvh's) over one run: state[head] += e_j v_j,
+  // e_j = p[head * ns + j - j0]. The heads' sums stay in registers over the run's positions.
+  template <int kD, int kV>
+  HEARTH_AVX512 __attribute__((always_inline)) void value_sums(const Run& run, int64_t kvh, int64_t h, int64_t j0,
+                                                               int64_t ns, const float* p, float* state) const {
+    constexpr int64_t Dh = 16 * kD;
+    const Elem* v = run.v + kvh * a.block_size * Dh;
+    _mm_prefetch(reinterpret_cast<const char*>(v + a.block_size * Dh), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(v + a.block_size * Dh) + 64, _MM_HINT_T0);
+    float* st = state + h * state_width(Dh);  // head h + i's sums at st + i * state_width
+    __m512 o[kV][kD];
+    for (int i = 0; i < kV; ++i)
+      for (int d = 0; d < kD; ++d) o[i][d] = _mm512_load_ps(st + i * state_width(Dh) + 16 * d);
+    const float* e = p + h * ns + run.j - j0;  // head h + i's position run.j + r at e[i * ns + r]
+    for (int64_t r = 0; r < run.rows; ++r, v += Dh) {
+      __m512 er[kV];
+      for (int i = 0; i < kV; ++i) er[i] = _mm512_set1_ps(e[i * ns + r]);
+      for (int d = 0; d < kD; ++d) {
+        const __m512 x = simd::load16<KT>(v, 16 * d, 0xffff);
+        for (int i = 0; i < kV; ++i) o[i][d] = _mm512_fmadd_ps(er[i], x, o[i][d]);
       }
-      for (int64_t r = 0; r < rows; ++r)
-        std::fill(scores_of + (j - j0 + r) * width + a.Hq, scores_of + (j - j0 + r + 1) * width, 0.0f);
-    });
-    for (int64_t h = a.Hq; h < width; ++h) head_max[h] = 0.0f;
+    }
+    for (int i = 0; i < kV; ++i)
+      for (int d = 0; d < kD; ++d) _mm512_store_ps(st + i * state_width(Dh) + 16 * d, o[i][d]);
   }
 
-  // Decode on AVX-512 with Dh = 16 * kD: positions [j0, j1] of row t for every head. The walk goes
-  // block by block in memory order: all heads' rows of a block (block_size * Hkv * Dh elements,
-  // contiguous) before the next block, whose bytes are prefetched in order meanwhile. A walk of
-  // one head across the whole context reads Dh elements every Hkv * Dh: each DRAM page is opened
-  // once per head and the hardware prefetchers do not follow (7-8 GB/s of K and V on one core of
-  // the EPYC, against 15 in block order; cpu_attention_bench). The K pass goes two positions at
-  // a time where the heads come in vectors of 16, at most 8 to a KV head (k_pass_by_position),
-  // else head by head (k_pass_by_head); either leaves the scores position-major. The V pass goes
-  // in memory order too, two positions at a time, kG heads that share a KV head (16 sums for two)
-  // at a time. Writes the span's unnormalized state to `state` [Hq, state_width(Dh)]: per head sum_j e^(s_j - m) v_j,
-  // then m, then sum_j e^(s_j - m); merge_spans combines spans.
-  template <int kD, int kG>
+  // Decode on AVX-512 with Dh = 16 * kD: positions [j0, j1] of row t for every head. Both passes
+  // go block by block in memory order: in each block a KV head's keys are one run of
+  // Dh * block_size elements, then the next head's, and the same for values (KvOrder). The K pass
+  // takes four runs at a time (up to 64 positions; each query head's value of a dim serves all
+  // four) and leaves the scores head-major; the V pass takes one run at a time, each head's sums
+  // in registers over its positions. Writes the span's unnormalized state to `state`
+  // [Hq, state_width(Dh)]: per head sum_j e^(s_j - m) v_j, then m, then sum_j e^(s_j - m);
+  // merge_spans combines spans. Against the position-major cache with horizontal sums before it:
+  // bench/RESULTS.md, stop 42.
+  template <int kD>
   HEARTH_AVX512 __attribute__((flatten)) void run_span(int64_t t, int64_t seq, int64_t j0, int64_t j1,
                                                        float* state) const {
-    const int64_t n = j1 - j0 + 1, stride = a.Hkv * a.Dh, group = a.Hq / a.Hkv, Dh = a.Dh;
-    float* head_max = scratch.head_max.data();
-    // visit(j, rows, base, next): rows (<= 16) positions j .. j + rows - 1 of one block at
-    // `base` (all heads; position r's head h at base + r * stride + h * Dh), `next` the row of
-    // position j + rows or null.
-    const int32_t* table = a.block_tables + seq * a.max_blocks;
-    auto row_of = [&](const void* cache, int64_t j) {
-      return static_cast<const Elem*>(cache) +
-             (static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size) * stride;
+    const int64_t n = j1 - j0 + 1, ns = (n + 15) / 16 * 16, Dh = 16 * kD, G = a.Hq / a.Hkv;
+    const KvOrder o = order();
+    auto run_at = [&](int64_t j) {
+      const int64_t end = std::min({j1 + 1, (j / a.block_size + 1) * a.block_size, j + 16});
+      const int64_t slot = slot_of(seq, j);
+      return Run{j, end - j, static_cast<const Elem*>(a.k_cache) + o.k_at(slot, 0, 0),
+                 static_cast<const Elem*>(a.v_cache) + o.v_at(slot, 0, 0)};
     };
-    auto for_each_block = [&](const void* cache, const auto& visit) HEARTH_AVX512 {
-      for (int64_t j = j0; j <= j1;) {
-        const int64_t end = std::min({j1 + 1, (j / a.block_size + 1) * a.block_size, j + 16});
-        visit(j, end - j, row_of(cache, j), end <= j1 ? row_of(cache, end) : nullptr);
-        j = end;
+    float* sc = scores.data();
+    float* hmax = scratch.head_max.data();
+    std::fill_n(hmax, a.Hq * 16, -INFINITY);
+    for (int64_t j = j0; j <= j1;) {
+      Run runs[4];
+      int count = 0;
+      while (count < 4 && j <= j1) {
+        runs[count] = run_at(j);
+        j += runs[count++].rows;
       }
-    };
-    // The next rows' bytes (up to 16 positions of every head), in order, a share per query head
-    // (k_pass_by_head). The share is computed once: a division per call cost the walk a quarter
-    // of its speed.
-    const int64_t pairs = a.Hq / kG, row_bytes = stride * static_cast<int64_t>(sizeof(Elem)),
-                  block_bytes = std::min<int64_t>(a.block_size, 16) * row_bytes;
-    const int64_t head_share = (block_bytes / a.Hq + 63) / 64 * 64;
-    auto prefetch_share = [&](const Elem* next, int64_t i, int64_t share) {
-      if (next == nullptr) return;
-      const char* from = reinterpret_cast<const char*>(next);
-      for (int64_t byte = i * share; byte < std::min(block_bytes, (i + 1) * share); byte += 64) {
-        _mm_prefetch(from + byte, _MM_HINT_T1);
+      for (int c = count; c < 4; ++c) runs[c] = Run{runs[0].j, 0, runs[0].k, runs[0].v};
+      for (int64_t kvh = 0; kvh < a.Hkv; ++kvh) {
+        int64_t g = 0;
+        for (; g + 4 <= G; g += 4) key_scores<kD, 4>(t, kvh, kvh * G + g, runs, j0, ns, sc, hmax);
+        for (; g + 2 <= G; g += 2) key_scores<kD, 2>(t, kvh, kvh * G + g, runs, j0, ns, sc, hmax);
+        for (; g < G; ++g) key_scores<kD, 1>(t, kvh, kvh * G + g, runs, j0, ns, sc, hmax);
       }
-    };
-    // Scores position-major, [n, Hq rounded up to 16]: each position's heads come out of one sum16.
-    const int64_t width = padded_heads(a.Hq);
-    float* scores_of = scores.data();
-    std::fill_n(head_max, width, -INFINITY);
-    switch (a.Hq % 16 == 0 ? group : 0) {
-      case 1: k_pass_by_position<kD, 1>(t, j0, for_each_block, scores_of, head_max); break;
-      case 2: k_pass_by_position<kD, 2>(t, j0, for_each_block, scores_of, head_max); break;
-      case 4: k_pass_by_position<kD, 4>(t, j0, for_each_block, scores_of, head_max); break;
-      case 8: k_pass_by_position<kD, 8>(t, j0, for_each_block, scores_of, head_max); break;
-      default: k_pass_by_head<kD>(t, j0, for_each_block, prefetch_share, head_share, scores_of, head_max); break;
     }
-    // e^(s - m) in place and their sums, 16 heads at a time.
-    float* sums = scratch.head_sum.data();
-    for (int64_t h0 = 0; h0 < width; h0 += 16) {
-      const __m512 mx = _mm512_loadu_ps(head_max + h0);
-      __m512 sum = _mm512_setzero_ps();
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = scores_of + i * width + h0;
-        const __m512 e = simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(row), mx));
-        _mm512_storeu_ps(row, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-      _mm512_storeu_ps(sums + h0, sum);
-    }
+    // e^(s - m) in place and their sums, a head at a time.
     for (int64_t h = 0; h < a.Hq; ++h) {
+      const float m = _mm512_reduce_max_ps(_mm512_loadu_ps(hmax + h * 16));
+      const float sum = exp_sum_avx512(sc + h * ns, n, m);
       float* st = state + h * state_width(Dh);
       std::fill_n(st, Dh, 0.0f);
-      st[Dh] = head_max[h];
-      st[Dh + 1] = sums[h];
+      st[Dh] = m;
+      st[Dh + 1] = sum;
     }
-    // The V pass in memory order, two positions at a time: at each, every KV head's rows, and for
-    // each kG query heads that share it (counted up rather than divided out), their sums loaded
-    // from the state (L1), the rows added in with their probabilities, and stored back. Each
-    // block is read once, in order. Walking head pairs over a block instead, their sums held in
-    // registers, reads each block once per pair, 2 KiB apart: it was faster at short spans only
-    // while the state's heads split cache lines (bench/RESULTS.md, stop 35).
-    uintptr_t last_v_page = 0;
-    // Running pointers (the state's sums, the probabilities, the KV head's rows), advanced per
-    // head pair: indices recomputed at each pair spilled general registers to the stack.
-    auto v_rows = [&]<int kR>(int64_t j, const Elem* rowp) HEARTH_AVX512 {
-      const float* probs = scores_of + (j - j0) * width;  // position r's head h at probs[r * width + h]
-      float* sums_of = state;
-      const Elem* v = rowp;
-      for (int64_t pair = 0, left = group; pair < pairs; ++pair, sums_of += kG * state_width(Dh), probs += kG) {
-        __m512 o[kG][kD], p[kR][kG];
-        for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) o[g][i] = _mm512_load_ps(sums_of + g * state_width(Dh) + 16 * i);
+    for (int64_t j = j0; j <= j1;) {
+      const Run run = run_at(j);
+      for (int64_t kvh = 0; kvh < a.Hkv; ++kvh) {
+        int64_t g = 0;
+        if constexpr (kD <= 4) {
+          for (; g + 4 <= G; g += 4) value_sums<kD, 4>(run, kvh, kvh * G + g, j0, ns, sc, state);
         }
-        for (int r = 0; r < kR; ++r)
-          for (int g = 0; g < kG; ++g) p[r][g] = _mm512_set1_ps(probs[r * width + g]);
-        for (int i = 0; i < kD; ++i) {
-          for (int r = 0; r < kR; ++r) {
-            const __m512 vr = simd::load16<KT>(v + r * stride, 16 * i, 0xffff);
-            for (int g = 0; g < kG; ++g) o[g][i] = _mm512_fmadd_ps(p[r][g], vr, o[g][i]);
-          }
-        }
-        for (int g = 0; g < kG; ++g) {
-          for (int i = 0; i < kD; ++i) _mm512_store_ps(sums_of + g * state_width(Dh) + 16 * i, o[g][i]);
-        }
-        left -= kG;
-        if (left == 0) {
-          v += Dh;
-          left = group;
-        }
+        for (; g + 2 <= G; g += 2) value_sums<kD, 2>(run, kvh, kvh * G + g, j0, ns, sc, state);
+        for (; g < G; ++g) value_sums<kD, 1>(run, kvh, kvh * G + g, j0, ns, sc, state);
       }
-    };
-    for_each_block(a.v_cache, [&](int64_t j, int64_t rows, const Elem* base, const Elem* next) HEARTH_AVX512 {
-      const char* run_end = reinterpret_cast<const char*>(base) + rows * row_bytes;
-      int64_t r = 0;
-      for (; r + 2 <= rows; r += 2) {
-        prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
-        prefetch_rows_ahead(base + (r + 1) * stride, row_bytes, run_end, next, last_v_page);
-        v_rows.template operator()<2>(j + r, base + r * stride);
-      }
-      for (; r < rows; ++r) {
-        prefetch_rows_ahead(base + r * stride, row_bytes, run_end, next, last_v_page);
-        v_rows.template operator()<1>(j + r, base + r * stride);
-      }
-    });
+      j += run.rows;
+    }
   }
 
   // Positions [j0, j1] of decode row t, every head (AVX-512, Dh 64 or 128): see run_span.
   void span(int64_t t, int64_t seq, int64_t j0, int64_t j1, float* state) const {
-    const bool pairs = (a.Hq / a.Hkv) % 2 == 0;
-    if (a.Dh == 128) return pairs ? run_span<8, 2>(t, seq, j0, j1, state) : run_span<8, 1>(t, seq, j0, j1, state);
-    return pairs ? run_span<4, 2>(t, seq, j0, j1, state) : run_span<4, 1>(t, seq, j0, j1, state);
+    if (a.Dh == 128) return run_span<8>(t, seq, j0, j1, state);
+    return run_span<4>(t, seq, j0, j1, state);
   }
 
   // A prefill tile on AVX-512 (Dh 64 or 128), heads h0 .. h0 + heads (1 or 2).
@@ -519,12 +435,14 @@ struct RowHead {
     float* out = a.out + (t * a.Hq + h) * a.Dh;
     const int64_t n = c - lo + 1;
     float mx = -INFINITY;
-    for_each_row(a.k_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* k) {
+    float* k_row = scratch.rows.data();  // a key's dims gathered from their block_size stride, as f32
+    for_each_position(seq, lo, c, kv_head, [&](int64_t j, const Elem* k, const Elem*) {
+      for (int64_t d = 0; d < a.Dh; ++d) k_row[d] = load_scalar(k, KT, d * a.block_size);
       float s;
       switch (isa) {
-        case Isa::kAvx512: s = dot_avx512<KT>(q, k, a.Dh); break;
-        case Isa::kAvx2: s = dot_avx2<KT>(q, k, a.Dh); break;
-        default: s = dot_scalar<KT>(q, k, a.Dh); break;
+        case Isa::kAvx512: s = dot_avx512<DType::kF32>(q, k_row, a.Dh); break;
+        case Isa::kAvx2: s = dot_avx2<DType::kF32>(q, k_row, a.Dh); break;
+        default: s = dot_scalar<DType::kF32>(q, k_row, a.Dh); break;
       }
       s *= a.scale;
       scores[static_cast<size_t>(j - lo)] = s;
@@ -533,7 +451,7 @@ struct RowHead {
     const float sum = isa == Isa::kAvx512 ? exp_sum_avx512(scores.data(), n, mx) : exp_sum_scalar(scores.data(), n, mx);
     const float inv = 1.0f / sum;
     std::fill(out, out + a.Dh, 0.0f);
-    for_each_row(a.v_cache, seq, lo, c, kv_head, [&](int64_t j, const Elem* v) {
+    for_each_position(seq, lo, c, kv_head, [&](int64_t j, const Elem*, const Elem* v) {
       const float p = scores[static_cast<size_t>(j - lo)] * inv;
       switch (isa) {
         case Isa::kAvx512: axpy_avx512<KT>(out, p, v, a.Dh); break;
@@ -644,13 +562,10 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
       if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
     };
     const int64_t tile_scores = tile_items > 0 ? max_rows * pair * max_ctx : 0;
-    at_least(scratch.scores, std::max(tile_scores, padded_heads(a.Hq) * max_span));
-    at_least(scratch.head_max, padded_heads(a.Hq));
-    at_least(scratch.head_sum, padded_heads(a.Hq));
-    if (tiled && max_rows > 1) {
-      at_least(scratch.rows, 16 * a.Dh);
-      at_least(scratch.out, max_rows * pair * a.Dh);
-    }
+    at_least(scratch.scores, std::max(tile_scores, a.Hq * ((max_span + 15) / 16 * 16)));
+    at_least(scratch.head_max, a.Hq * 16);
+    at_least(scratch.rows, 16 * a.Dh);
+    if (tiled && max_rows > 1) at_least(scratch.out, max_rows * pair * a.Dh);
     dispatch_float(a.kv_dtype, [&]<DType KT>() {
       const RowHead<KT> rh{a, isa, scratch};
       for (int64_t i = begin; i < end; ++i) {

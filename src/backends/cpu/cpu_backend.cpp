@@ -100,9 +100,9 @@ class CpuBackend final : public Backend {
     a.k = k.data<float>();
     a.v = v.data<float>();
     a.T = k.dim(0);
-    a.row = k.dim(1) * k.dim(2);
     a.slots = slots.data<int32_t>();
     a.n_slots = cache.k.dim(0) * cache.k.dim(1);
+    a.order = {cache.k.dim(1), cache.k.dim(2), cache.k.dim(3)};
     a.k_cache = cache.k.raw();
     a.v_cache = cache.v.raw();
     a.cache_dtype = cache.k.dtype();

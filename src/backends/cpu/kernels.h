@@ -69,13 +69,36 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& args);
 // src: [n] f32 -> dst: [n] of `to` (f32, f16 or bf16), rounded to nearest even.
 void store_f32_as(Isa isa, const float* src, DType to, void* dst, int64_t n);
 
+// Where the CPU keeps element (slot, KV head h, dim d) of a paged cache layer, in elements from
+// the cache's start; slot = block * block_size + position in the block. The tensor's shape says
+// [n_blocks, block_size, Hkv, Dh] (the sizes); inside a block the CPU orders the elements by
+// head: K as [Hkv, Dh, block_size], each dim's positions side by side, so that one vector load
+// gives 16 positions' elements of one dim and a decode's scores come out 16 positions at a time
+// with no horizontal sums; V as [Hkv, block_size, Dh]. A head's K and V in a block are each one
+// contiguous run that the decode reads in order (bench/RESULTS.md, stop 42).
+struct KvOrder {
+  int64_t block_size, Hkv, Dh;
+  int64_t k_at(int64_t slot, int64_t h, int64_t d) const {
+    return ((slot / block_size * Hkv + h) * Dh + d) * block_size + slot % block_size;
+  }
+  int64_t v_at(int64_t slot, int64_t h, int64_t d) const {
+    return ((slot / block_size * Hkv + h) * block_size + slot % block_size) * Dh + d;
+  }
+};
+
+// A cache layer's K or V given slot-major ([n_slots, Hkv, Dh], elements of elem_bytes) in the
+// CPU's order (KvOrder); for tests and tools that build a cache by hand.
+void kv_to_cpu_order(const void* slot_major, void* dst, size_t elem_bytes, int64_t n_slots, const KvOrder& order,
+                     bool keys);
+
 struct KvWriteArgs {
-  const float* k;  // [T, row] f32
+  const float* k;  // [T, Hkv * Dh] f32
   const float* v;
-  int64_t T, row;        // row = Hkv * Dh
+  int64_t T;
   const int32_t* slots;  // [T], each in [0, n_slots)
   int64_t n_slots;
-  void* k_cache;  // [n_slots, row] of cache_dtype
+  KvOrder order;
+  void* k_cache;  // in KvOrder, of cache_dtype
   void* v_cache;
   DType cache_dtype;
 };

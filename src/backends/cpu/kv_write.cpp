@@ -1,7 +1,9 @@
 // New K/V rows into the paged cache, rounded to the cache's element type.
-// k, v: [T, Hkv * Dh] f32; cache: [n_slots, Hkv * Dh] of f32, f16 or bf16; slots: [T].
+// k, v: [T, Hkv * Dh] f32; cache: n_slots positions of Hkv * Dh f32, f16 or bf16 in KvOrder
+// (kernels.h); slots: [T].
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/simd.h"
@@ -52,12 +54,38 @@ void store_f32_as(Isa isa, const float* src, DType to, void* dst, int64_t n) {
 
 void kv_write(Isa isa, const KvWriteArgs& a) {
   const size_t elem = dtype_size(a.cache_dtype);
+  const KvOrder& o = a.order;
+  const int64_t row = o.Hkv * o.Dh;
+  std::vector<char> rounded(static_cast<size_t>(o.Dh) * elem);
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t slot = a.slots[t];
     HEARTH_CHECK_MSG(slot >= 0 && slot < a.n_slots, "kv_write: slot " + std::to_string(slot) + " outside the pool");
-    const size_t at = static_cast<size_t>(slot * a.row) * elem;
-    store_f32_as(isa, a.k + t * a.row, a.cache_dtype, static_cast<char*>(a.k_cache) + at, a.row);
-    store_f32_as(isa, a.v + t * a.row, a.cache_dtype, static_cast<char*>(a.v_cache) + at, a.row);
+    for (int64_t h = 0; h < o.Hkv; ++h) {
+      const float* k = a.k + t * row + h * o.Dh;
+      store_f32_as(isa, a.v + t * row + h * o.Dh, a.cache_dtype,
+                   static_cast<char*>(a.v_cache) + static_cast<size_t>(o.v_at(slot, h, 0)) * elem, o.Dh);
+      // K's dims are block_size elements apart: rounded as a row, then spread.
+      store_f32_as(isa, k, a.cache_dtype, rounded.data(), o.Dh);
+      char* dst = static_cast<char*>(a.k_cache) + static_cast<size_t>(o.k_at(slot, h, 0)) * elem;
+      const size_t step = static_cast<size_t>(o.block_size) * elem;
+      for (int64_t d = 0; d < o.Dh; ++d)
+        std::memcpy(dst + static_cast<size_t>(d) * step, rounded.data() + d * elem, elem);
+    }
+  }
+}
+
+void kv_to_cpu_order(const void* slot_major, void* dst, size_t elem_bytes, int64_t n_slots, const KvOrder& order,
+                     bool keys) {
+  const auto* src = static_cast<const char*>(slot_major);
+  auto* out = static_cast<char*>(dst);
+  for (int64_t slot = 0; slot < n_slots; ++slot) {
+    for (int64_t h = 0; h < order.Hkv; ++h) {
+      for (int64_t d = 0; d < order.Dh; ++d) {
+        const int64_t at = keys ? order.k_at(slot, h, d) : order.v_at(slot, h, d);
+        std::memcpy(out + static_cast<size_t>(at) * elem_bytes,
+                    src + static_cast<size_t>((slot * order.Hkv + h) * order.Dh + d) * elem_bytes, elem_bytes);
+      }
+    }
   }
 }
 
