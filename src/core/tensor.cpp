@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -12,7 +13,21 @@
 namespace hearth {
 namespace {
 
+// A forward's activations are a few buffers of up to ~100 MB (a 2048-token prefill's gate and up),
+// allocated and freed op after op. glibc serves blocks past its mmap threshold with fresh
+// mappings, and hands heap tops past its trim threshold back to the kernel; both thresholds move
+// with the process's past frees, so whether each op's output is faulted in anew (4 KiB at a time)
+// hung on the order of unrelated allocations: pp2048 of a 4-bit Qwen3-1.7B read 100-168 tok/s
+// from one build to the next, against ~195 with the thresholds fixed at 256 MiB, where freed
+// activations are reused in place (bench/RESULTS.md, stop 42). The price: up to 256 MiB of freed
+// heap kept resident.
+constexpr int kMallocKeepBytes = 256 << 20;
+
 std::shared_ptr<Storage> allocate(size_t bytes) {
+  static const bool tuned = [] {
+    return mallopt(M_MMAP_THRESHOLD, kMallocKeepBytes) == 1 && mallopt(M_TRIM_THRESHOLD, kMallocKeepBytes) == 1;
+  }();
+  (void)tuned;  // advisory: a refusal costs speed only
   auto s = std::make_shared<Storage>();
   const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);

@@ -3,7 +3,6 @@
 // (kernels.h); slots: [T].
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/simd.h"
@@ -56,20 +55,25 @@ void kv_write(Isa isa, const KvWriteArgs& a) {
   const size_t elem = dtype_size(a.cache_dtype);
   const KvOrder& o = a.order;
   const int64_t row = o.Hkv * o.Dh;
-  std::vector<char> rounded(static_cast<size_t>(o.Dh) * elem);
   for (int64_t t = 0; t < a.T; ++t) {
     const int64_t slot = a.slots[t];
     HEARTH_CHECK_MSG(slot >= 0 && slot < a.n_slots, "kv_write: slot " + std::to_string(slot) + " outside the pool");
     for (int64_t h = 0; h < o.Hkv; ++h) {
-      const float* k = a.k + t * row + h * o.Dh;
       store_f32_as(isa, a.v + t * row + h * o.Dh, a.cache_dtype,
                    static_cast<char*>(a.v_cache) + static_cast<size_t>(o.v_at(slot, h, 0)) * elem, o.Dh);
-      // K's dims are block_size elements apart: rounded as a row, then spread.
-      store_f32_as(isa, k, a.cache_dtype, rounded.data(), o.Dh);
+      // K's dims lie block_size elements apart: one at a time, rounded as store_f32_as rounds.
+      // (A heap buffer per call here made glibc hand a 2048-token prefill's big activations back
+      // to the kernel and fault them in again: pp2048 -30%, stop 42.)
+      const float* k = a.k + t * row + h * o.Dh;
       char* dst = static_cast<char*>(a.k_cache) + static_cast<size_t>(o.k_at(slot, h, 0)) * elem;
-      const size_t step = static_cast<size_t>(o.block_size) * elem;
-      for (int64_t d = 0; d < o.Dh; ++d)
-        std::memcpy(dst + static_cast<size_t>(d) * step, rounded.data() + d * elem, elem);
+      for (int64_t d = 0; d < o.Dh; ++d, dst += static_cast<size_t>(o.block_size) * elem) {
+        if (a.cache_dtype == DType::kF32) {
+          std::memcpy(dst, k + d, sizeof(float));
+        } else {
+          const uint16_t x = a.cache_dtype == DType::kBF16 ? f32_to_bf16(k[d]) : f32_to_f16(k[d]);
+          std::memcpy(dst, &x, sizeof x);
+        }
+      }
     }
   }
 }
