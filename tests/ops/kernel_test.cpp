@@ -722,31 +722,34 @@ TEST(ops_kernel, AttentionLongPrefill) {
 
 // Rows written to slots land where KvOrder says, rounded as store_f32_as rounds, every ISA the
 // same: against the slot-major cache put in the CPU's order by kv_to_cpu_order.
+// Head dims 24 and 300 (kv_write rounds K in pieces of 256).
 TEST(ops_kernel, KvWriteStoresInTheCpuOrder) {
   std::mt19937 rng(16);
-  const int64_t blocks = 3, bs = 5, Hkv = 2, Dh = 24, T = 4, row = Hkv * Dh;
-  const std::vector<float> k = random_floats(rng, size_t(T * row)), v = random_floats(rng, size_t(T * row));
-  const std::vector<int32_t> slots = {14, 0, 7, 5};
-  const cpu::KvOrder order{bs, Hkv, Dh};
-  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
-    const size_t elem = dtype_size(type), bytes = size_t(blocks * bs * row) * elem;
-    std::vector<char> want_k(bytes, 0), want_v(bytes, 0);
-    {
-      std::vector<char> slot_k(bytes, 0), slot_v(bytes, 0);
-      for (int64_t t = 0; t < T; ++t) {
-        cpu::store_f32_as(Isa::kScalar, k.data() + t * row, type, slot_k.data() + size_t(slots[size_t(t)] * row) * elem,
-                          row);
-        cpu::store_f32_as(Isa::kScalar, v.data() + t * row, type, slot_v.data() + size_t(slots[size_t(t)] * row) * elem,
-                          row);
+  for (const int64_t Dh : {24, 300}) {
+    for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const int64_t blocks = 3, bs = 5, Hkv = 2, T = 4, row = Hkv * Dh;
+      const std::vector<float> k = random_floats(rng, size_t(T * row)), v = random_floats(rng, size_t(T * row));
+      const std::vector<int32_t> slots = {14, 0, 7, 5};
+      const cpu::KvOrder order{bs, Hkv, Dh};
+      const size_t elem = dtype_size(type), bytes = size_t(blocks * bs * row) * elem;
+      std::vector<char> want_k(bytes, 0), want_v(bytes, 0);
+      {
+        std::vector<char> slot_k(bytes, 0), slot_v(bytes, 0);
+        for (int64_t t = 0; t < T; ++t) {
+          cpu::store_f32_as(Isa::kScalar, k.data() + t * row, type,
+                            slot_k.data() + size_t(slots[size_t(t)] * row) * elem, row);
+          cpu::store_f32_as(Isa::kScalar, v.data() + t * row, type,
+                            slot_v.data() + size_t(slots[size_t(t)] * row) * elem, row);
+        }
+        cpu::kv_to_cpu_order(slot_k.data(), want_k.data(), elem, blocks * bs, order, true);
+        cpu::kv_to_cpu_order(slot_v.data(), want_v.data(), elem, blocks * bs, order, false);
       }
-      cpu::kv_to_cpu_order(slot_k.data(), want_k.data(), elem, blocks * bs, order, true);
-      cpu::kv_to_cpu_order(slot_v.data(), want_v.data(), elem, blocks * bs, order, false);
-    }
-    for (Isa isa : all_isas()) {
-      std::vector<char> got_k(bytes, 0), got_v(bytes, 0);
-      cpu::kv_write(isa, {k.data(), v.data(), T, slots.data(), blocks * bs, order, got_k.data(), got_v.data(), type});
-      EXPECT_EQ(got_k, want_k) << dtype_name(type) << " " << cpu::isa_name(isa);
-      EXPECT_EQ(got_v, want_v) << dtype_name(type) << " " << cpu::isa_name(isa);
+      for (Isa isa : all_isas()) {
+        std::vector<char> got_k(bytes, 0), got_v(bytes, 0);
+        cpu::kv_write(isa, {k.data(), v.data(), T, slots.data(), blocks * bs, order, got_k.data(), got_v.data(), type});
+        EXPECT_EQ(got_k, want_k) << dtype_name(type) << " " << cpu::isa_name(isa) << " Dh=" << Dh;
+        EXPECT_EQ(got_v, want_v) << dtype_name(type) << " " << cpu::isa_name(isa) << " Dh=" << Dh;
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // New K/V rows into the paged cache, rounded to the cache's element type.
 // k, v: [T, Hkv * Dh] f32; cache: n_slots positions of Hkv * Dh f32, f16 or bf16 in KvOrder
 // (kernels.h); slots: [T].
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -39,6 +40,12 @@ HEARTH_AVX512 void store_avx512(const float* src, DType to, void* dst, int64_t n
   }
 }
 
+// dst[i * stride] = src[i] for i < n.
+template <typename T>
+void spread(const T* src, int64_t n, T* dst, int64_t stride) {
+  for (int64_t i = 0; i < n; ++i) dst[i * stride] = src[i];
+}
+
 }  // namespace
 
 void store_f32_as(Isa isa, const float* src, DType to, void* dst, int64_t n) {
@@ -61,17 +68,22 @@ void kv_write(Isa isa, const KvWriteArgs& a) {
     for (int64_t h = 0; h < o.Hkv; ++h) {
       store_f32_as(isa, a.v + t * row + h * o.Dh, a.cache_dtype,
                    static_cast<char*>(a.v_cache) + static_cast<size_t>(o.v_at(slot, h, 0)) * elem, o.Dh);
-      // K's dims lie block_size elements apart: one at a time, rounded as store_f32_as rounds.
-      // (A heap buffer per call here made glibc hand a 2048-token prefill's big activations back
-      // to the kernel and fault them in again: pp2048 -30%, stop 42.)
+      // K's dims lie block_size elements apart: rounded a piece at a time into a buffer on the
+      // stack, as store_f32_as rounds, then spread. (A heap buffer per call here made glibc hand
+      // a 2048-token prefill's big activations back to the kernel and fault them in again: pp2048
+      // -30% until core/tensor.cpp fixed its thresholds, stop 42.)
       const float* k = a.k + t * row + h * o.Dh;
       char* dst = static_cast<char*>(a.k_cache) + static_cast<size_t>(o.k_at(slot, h, 0)) * elem;
-      for (int64_t d = 0; d < o.Dh; ++d, dst += static_cast<size_t>(o.block_size) * elem) {
-        if (a.cache_dtype == DType::kF32) {
-          std::memcpy(dst, k + d, sizeof(float));
+      alignas(64) unsigned char rounded[1024];  // storage for 256 elements of either width
+      for (int64_t d0 = 0; d0 < o.Dh; d0 += 256) {
+        const int64_t n = std::min<int64_t>(256, o.Dh - d0);
+        store_f32_as(isa, k + d0, a.cache_dtype, rounded, n);
+        if (elem == sizeof(float)) {
+          spread(reinterpret_cast<const float*>(rounded), n, reinterpret_cast<float*>(dst) + d0 * o.block_size,
+                 o.block_size);
         } else {
-          const uint16_t x = a.cache_dtype == DType::kBF16 ? f32_to_bf16(k[d]) : f32_to_f16(k[d]);
-          std::memcpy(dst, &x, sizeof x);
+          spread(reinterpret_cast<const uint16_t*>(rounded), n, reinterpret_cast<uint16_t*>(dst) + d0 * o.block_size,
+                 o.block_size);
         }
       }
     }
