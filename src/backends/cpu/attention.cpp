@@ -375,12 +375,9 @@ struct RowHead {
   HEARTH_AVX512 __attribute__((flatten)) void run_span(int64_t t, int64_t seq, int64_t j0, int64_t j1,
                                                        float* state) const {
     const int64_t n = j1 - j0 + 1, ns = (n + 15) / 16 * 16, Dh = 16 * kD, G = a.Hq / a.Hkv;
-    const KvOrder o = order();
     auto run_at = [&](int64_t j) {
       const int64_t end = std::min({j1 + 1, (j / a.block_size + 1) * a.block_size, j + 16});
-      const int64_t slot = slot_of(seq, j);
-      return Run{j, end - j, static_cast<const Elem*>(a.k_cache) + o.k_at(slot, 0, 0),
-                 static_cast<const Elem*>(a.v_cache) + o.v_at(slot, 0, 0)};
+      return Run{j, end - j, key(seq, j, 0), value(seq, j, 0)};
     };
     float* sc = scores.data();
     float* hmax = scratch.head_max.data();
