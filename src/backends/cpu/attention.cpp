@@ -560,10 +560,14 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
     const int64_t count = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, n / kMinSpanPositions));
     const int64_t len = (n + count - 1) / count;
     first_span.push_back(static_cast<int64_t>(spans.size()));
-    for (int64_t j0 = r.lo; j0 <= r.c; j0 += len) {
-      spans.push_back({r.t, r.seq, j0, std::min(r.c, j0 + len - 1)});
+    // Each span but the last ends on a block boundary, so that no block is read in two partial
+    // runs; the last span, which also holds the newest (partial) block, gets the fewer positions.
+    for (int64_t i = 1, j0 = r.lo; j0 <= r.c; ++i) {
+      const int64_t end = std::min(r.c + 1, (r.lo + i * len + a.block_size - 1) / a.block_size * a.block_size);
+      spans.push_back({r.t, r.seq, j0, end - 1});
+      max_span = std::max(max_span, end - j0);
+      j0 = end;
     }
-    max_span = std::max(max_span, len);
   }
   first_span.push_back(static_cast<int64_t>(spans.size()));
   LineFloats states(spans.size() * static_cast<size_t>(a.Hq * state_width(a.Dh)));
