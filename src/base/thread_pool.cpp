@@ -107,15 +107,20 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
+  // The job's fields, published by the increment of generation_ below (a worker's load
+  // of it sees them). Relaxed stores: sequentially consistent ones each wait for their line to
+  // come from the other core, where the last loop's claims and counts left it (the worker's first
+  // chunk ~0.3 us earlier in the host's fast state; bench/RESULTS.md, stop 44). No thread touches
+  // chunks_done_ or next_ for this job before it sees the new generation.
   fn_ = &fn;
   n_ = n;
-  chunks_done_ = 0;
+  chunks_done_.store(0, std::memory_order_relaxed);
   uint32_t job = 0;
   {
     // Under the mutex, so that a worker between its check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(mutex_);
     job = static_cast<uint32_t>(generation_.load() + 1);
-    next_ = (uint64_t{job} << 32) | (static_cast<uint64_t>(chunks) << 16);
+    next_.store((uint64_t{job} << 32) | (static_cast<uint64_t>(chunks) << 16), std::memory_order_relaxed);
     ++generation_;
   }
   wake_.notify_all();
