@@ -107,11 +107,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
-  // The job's fields, published by the increment of generation_ below (a worker's load
-  // of it sees them). Relaxed stores: sequentially consistent ones each wait for their line to
-  // come from the other core, where the last loop's claims and counts left it (the worker's first
-  // chunk ~0.3 us earlier in the host's fast state; bench/RESULTS.md, stop 44). No thread touches
-  // chunks_done_ or next_ for this job before it sees the new generation.
+  // The job's fields, published by the increment of generation_ below: a worker that loads the
+  // new generation sees them. Relaxed stores, because sequentially consistent ones each wait for
+  // their line to come back from the other core, where the last loop's claims and counts left it
+  // (the worker's first chunk ~0.3 us sooner in the host's fast state; bench/RESULTS.md, stop 44).
+  // No thread touches chunks_done_ or next_ for this job before it sees the new generation.
   fn_ = &fn;
   n_ = n;
   chunks_done_.store(0, std::memory_order_relaxed);
