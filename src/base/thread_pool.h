@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,14 +26,15 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items
-  // (a few per thread), each run once by whichever thread claims it. Returns when all chunks
-  // are done. Not reentrant.
+  // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items,
+  // each run once. Thread t (the caller is 0) owns the t-th of n_threads equal shares of [0, n),
+  // a few chunks that shrink along it, and runs them front to back; a thread whose share is done
+  // takes chunks from the back of the others'. Returns when all chunks are done. Not reentrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void worker_loop();
-  void work(uint32_t job);
+  void worker_loop(int self);
+  void work(uint32_t job, int self);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -44,10 +46,15 @@ class ThreadPool {
   // The current job, written before generation_ is bumped.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  // Each on its own cache line: both threads write them in every loop, and the spinning
-  // workers read generation_ (the line above) all the while.
-  alignas(64) std::atomic<uint64_t> next_{0};  // job id | chunk count | next chunk (see work())
+  int chunks_per_share_ = 0;
+  // Each on its own cache line: chunks_done_ is written by every thread in every loop, and each
+  // share by its owner alone until it runs out of work, while the spinning workers read
+  // generation_ (the line above) all the while.
   alignas(64) std::atomic<int> chunks_done_{0};
+  struct alignas(64) Share {
+    std::atomic<uint64_t> state{0};  // job id | next chunk from the front | end of those left (work())
+  };
+  std::unique_ptr<Share[]> shares_;  // one per thread
 };
 
 }  // namespace hearth

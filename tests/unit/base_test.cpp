@@ -35,8 +35,9 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   }
 }
 
-// Chunks shrink along the range, so that the threads' last pieces of work are small ones.
-TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
+// Each thread's share (here the halves of [0, 1000)) goes in chunks that shrink along it, so that
+// the last pieces of work, which another thread may take, are small ones.
+TEST(ThreadPool, ChunksShrinkAlongEachShare) {
   ThreadPool pool(2);
   std::mutex m;
   std::map<int64_t, int64_t> sizes;  // begin -> size
@@ -44,13 +45,19 @@ TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
     std::lock_guard<std::mutex> lock(m);
     sizes[b] = e - b;
   });
-  ASSERT_GE(sizes.size(), 4u);
-  int64_t previous = 1000;
-  for (const auto& [begin, size] : sizes) {
-    EXPECT_LE(size, previous) << "chunk at " << begin;
-    previous = size;
+  ASSERT_EQ(sizes.size(), 8u);
+  for (const auto& [first, end] : {std::pair<int64_t, int64_t>{0, 500}, {500, 1000}}) {
+    ASSERT_TRUE(sizes.count(first)) << "no chunk starts the share at " << first;
+    int64_t previous = end - first, at = first;
+    for (auto it = sizes.find(first); it != sizes.end() && it->first < end; ++it) {
+      EXPECT_EQ(it->first, at) << "chunks of the share at " << first << " are not contiguous";
+      EXPECT_LE(it->second, previous) << "chunk at " << it->first;
+      previous = it->second;
+      at += it->second;
+    }
+    EXPECT_EQ(at, end);
+    EXPECT_LE(previous * 4, sizes[first]);
   }
-  EXPECT_LE(sizes.rbegin()->second * 8, sizes.begin()->second);
 }
 
 // A loop of one item per thread (or a few) is split evenly: no chunk is empty and none has more

@@ -594,9 +594,10 @@ void attention(Isa isa, ThreadPool* pool, const AttentionArgs& a) {
       const RowHead<KT> rh{a, isa, scratch};
       for (int64_t i = begin; i < end; ++i) {
         if (i >= tile_items) {
-          // Last span first: the calling thread claims the first item, and it has just written the
-          // newest position's keys and values (64 lines a head in the transposed K), which the last
-          // span reads. Another core would fetch them line by line from this one's cache.
+          // Last span first: the calling thread runs the first item (its share's front), and it has
+          // just written the newest position's keys and values (64 lines a head in the transposed
+          // K), which the last span reads. Another core would fetch them line by line from this
+          // one's cache.
           const int64_t k = static_cast<int64_t>(spans.size()) - 1 - (i - tile_items);
           const Span& sp = spans[static_cast<size_t>(k)];
           rh.span(sp.t, sp.seq, sp.j0, sp.j1, states.data() + k * a.Hq * state_width(a.Dh));
