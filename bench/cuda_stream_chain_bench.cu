@@ -268,8 +268,8 @@ struct Variant {
 };
 
 template <int S>
-Variant make_stream(const char* name, int warps_per_block, int wait_mode, int block_count, const Chain* d_chain,
-                    unsigned* rows_done, int count, cudaStream_t s, int sms) {
+Variant make_stream(const char* name, int warps_per_block, int wait_mode, int block_count, const Chain& chain,
+                    unsigned* rows_done, cudaStream_t s, int sms) {
   const size_t shared = static_cast<size_t>(warps_per_block) * S * kChunkVecs * 16;
   check(cudaFuncSetAttribute(stream_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
         "smem attribute");
@@ -286,9 +286,8 @@ Variant make_stream(const char* name, int warps_per_block, int wait_mode, int bl
   std::printf(
       "%s: %d warps a block, %d chunks of 2 KiB a warp, %d blocks (%d an SM), %zu KiB shared a block, wait %d\n", name,
       warps_per_block, S, blocks, per_sm, shared / 1024, wait_mode);
-  // The row offsets depend on the warp count: written into the chain by the caller's template.
-  Chain host{};
-  check(cudaMemcpy(&host, d_chain, sizeof(Chain), cudaMemcpyDeviceToHost), "chain down");
+  // The rows' offsets depend on the warp count: this variant's own copy of the chain.
+  Chain host = chain;
   const int warps = blocks * warps_per_block;
   int64_t before = 0;
   for (int i = 0; i < host.count; ++i) {
@@ -300,7 +299,7 @@ Variant make_stream(const char* name, int warps_per_block, int wait_mode, int bl
   check(cudaMemcpy(d_own, &host, sizeof(Chain), cudaMemcpyHostToDevice), "chain up");
   cudaGraph_t g;
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-  check(cudaMemsetAsync(rows_done, 0, sizeof(unsigned) * count, s), "memset");
+  check(cudaMemsetAsync(rows_done, 0, sizeof(unsigned) * host.count, s), "memset");
   stream_kernel<S><<<blocks, warps_per_block * 32, shared, s>>>(d_own, rows_done, wait_mode);
   check(cudaGetLastError(), "stream launch");
   check(cudaStreamEndCapture(s, &g), "capture end");
@@ -343,9 +342,6 @@ int main(int argc, char** argv) {
   std::vector<float> x0(4096);
   for (int i = 0; i < 4096; ++i) x0[i] = std::sin(0.37f * i) + 0.1f;
   check(cudaMemcpy(xs[0], x0.data(), sizeof(float) * 4096, cudaMemcpyHostToDevice), "x0");
-  Chain* d_chain = nullptr;
-  check(cudaMalloc(&d_chain, sizeof(Chain)), "chain");
-  check(cudaMemcpy(d_chain, &host, sizeof(Chain), cudaMemcpyHostToDevice), "chain up");
   unsigned* rows_done = nullptr;
   check(cudaMalloc(&rows_done, sizeof(unsigned) * count), "counters");
   check(cudaStreamSynchronize(s), "fill");
@@ -388,12 +384,12 @@ int main(int argc, char** argv) {
   }
   // Ring depth and grid: 8 warps of 8 chunks an SM was the best of 8x3 to 16x6 (bench/RESULTS.md);
   // "even": 1024 warps, which divide every matvec's rows evenly.
-  variants.push_back(make_stream<8>("stream", 8, 0, 0, d_chain, rows_done, count, s, sms));
-  variants.push_back(make_stream<8>("backoff", 8, 3, 0, d_chain, rows_done, count, s, sms));
-  variants.push_back(make_stream<8>("even", 8, 0, 128, d_chain, rows_done, count, s, sms));
-  variants.push_back(make_stream<4>("even 8x4", 8, 0, 256, d_chain, rows_done, count, s, sms));
-  variants.push_back(make_stream<8>("no wait", 8, 4, 0, d_chain, rows_done, count, s, sms));
-  variants.push_back(make_stream<8>("even no wait", 8, 4, 128, d_chain, rows_done, count, s, sms));
+  variants.push_back(make_stream<8>("stream", 8, 0, 0, host, rows_done, s, sms));
+  variants.push_back(make_stream<8>("backoff", 8, 3, 0, host, rows_done, s, sms));
+  variants.push_back(make_stream<8>("even", 8, 0, 128, host, rows_done, s, sms));
+  variants.push_back(make_stream<4>("even 8x4", 8, 0, 256, host, rows_done, s, sms));
+  variants.push_back(make_stream<8>("no wait", 8, 4, 0, host, rows_done, s, sms));
+  variants.push_back(make_stream<8>("even no wait", 8, 4, 128, host, rows_done, s, sms));
 
   // Reference outputs from the graph, then every variant must reproduce them bit for bit.
   std::vector<std::vector<float>> want(count);
