@@ -12,7 +12,9 @@ namespace {
 
 using FilterFn = Value (*)(const Value&, const CallArgs&);
 
-const Value& arg(const CallArgs& a, const char* name, size_t index, const Value& fallback) {
+// By value: callers pass temporaries as the fallback (`Value::integer(4)`), and a reference to
+// one would dangle once bound to a name (found by the template fuzzer).
+Value arg(const CallArgs& a, const char* name, size_t index, const Value& fallback) {
   const Value* v = a.get(name, index);
   return v ? *v : fallback;
 }
@@ -40,7 +42,7 @@ Value sort_key(const Value& v, bool case_sensitive) {
 }
 
 Value f_tojson(const Value& v, const CallArgs& a) {
-  const Value& indent = arg(a, "indent", 0, kNone);
+  const Value indent = arg(a, "indent", 0, kNone);
   int n = -1;
   if (indent.kind == Value::Kind::kInt) n = int(std::clamp<int64_t>(indent.i, 0, 64));
   if (indent.is_string()) throw EvalError("tojson: string indent is not supported");
@@ -96,7 +98,7 @@ Value f_title(const Value& v, const CallArgs&) {
   return Value::string(s);
 }
 Value f_replace(const Value& v, const CallArgs& a) {
-  const Value& count = arg(a, "count", 2, kNone);
+  const Value count = arg(a, "count", 2, kNone);
   return Value::string(py_replace(str_of(v), str_of(arg(a, "old", 0, kEmpty)), str_of(arg(a, "new", 1, kEmpty)),
                                   count.kind == Value::Kind::kInt ? count.i : -1));
 }
@@ -166,7 +168,7 @@ Value f_abs(const Value& v, const CallArgs&) {
 }
 Value f_round(const Value& v, const CallArgs& a) {
   if (!v.is_number()) throw EvalError("round filter expected a number, got " + type_name(v));
-  const Value& p = arg(a, "precision", 0, Value::integer(0));
+  const Value p = arg(a, "precision", 0, Value::integer(0));
   const std::string method = str_of(arg(a, "method", 1, Value::string("common")));
   const double scale = std::pow(10.0, double(p.kind == Value::Kind::kInt ? p.i : 0));
   const double x = v.as_double() * scale;
@@ -180,7 +182,7 @@ Value f_escape(const Value& v, const CallArgs&) {
   return r;
 }
 Value f_indent(const Value& v, const CallArgs& a) {
-  const Value& width = arg(a, "width", 0, Value::integer(4));
+  const Value width = arg(a, "width", 0, Value::integer(4));
   const std::string pad = width.is_string() ? width.s : std::string(size_t(std::clamp<int64_t>(width.i, 0, 256)), ' ');
   const bool first = truthy(arg(a, "first", 1, kFalse)), blank = truthy(arg(a, "blank", 2, kFalse));
   std::string s = str_of(v) + "\n";
