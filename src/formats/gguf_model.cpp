@@ -232,7 +232,14 @@ JsonConfig gguf_hf_config(const GgufFile& file) {
   // Mistral's window covers every layer (the llama architecture); Qwen's windows are not in GGUF.
   if (std::string(arch.name) == "llama" && m.contains(a + "attention.sliding_window"))
     c["sliding_window"] = positive(file, a + "attention.sliding_window", m.get_int(a + "attention.sliding_window"));
-  return JsonConfig::parse(c.dump(), file.path());
+  std::string text;
+  try {
+    text = c.dump();
+  } catch (const nlohmann::json::exception&) {  // a metadata string (rope.scaling.type) that is not UTF-8
+    throw FileError(file.path(),
+                    "the " + std::string(arch.name) + ".* metadata holds strings that are not valid UTF-8");
+  }
+  return JsonConfig::parse(text, file.path());
 }
 
 GenerationConfig gguf_generation_config(const GgufMetadata& m) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +18,8 @@
 #include "base/error.h"
 #include "core/dtype.h"
 #include "formats/ggml_quants.h"
+#include "formats/gguf_model.h"
+#include "formats/gguf_tokenizer.h"
 #include "formats/gguf_writer.h"
 #include "test_util.h"
 
@@ -350,6 +353,35 @@ TEST(GgufTest, TensorsRoundTripInTorchOrder) {
   EXPECT_EQ(f->view(*q4i).shape(), (Shape{2, 1, 18}));
   dequantize_row(GgmlType::kQ4_0, q4.data(), want.data(), 64);
   EXPECT_EQ(std::memcmp(f->dequantize(*q4i).raw(), want.data(), 64 * 4), 0);
+}
+
+// Metadata strings reach the model's config and tokenizer.json as JSON strings: bytes that are not
+// UTF-8 must be a FileError naming the file, not a JSON library exception (gguf_model_fuzz).
+TEST(GgufTest, ModelMetadataThatIsNotUtf8IsAFileError) {
+  TempDir dir;
+  const std::string path = dir.file("bad_utf8.gguf");
+  GgufWriter w(path);
+  w.set_metadata("general.architecture", std::string("llama"));
+  for (const char* key : {"llama.block_count", "llama.context_length", "llama.embedding_length",
+                          "llama.feed_forward_length", "llama.attention.head_count"})
+    w.set_metadata(key, uint32_t{8});
+  w.set_metadata("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_metadata("llama.rope.scaling.type", std::string("lin\xfe\xff") + "ear");
+  w.set_metadata("tokenizer.ggml.model", std::string("gpt2"));
+  w.set_metadata("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b\xfe", "ab"});
+  w.set_metadata("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
+  w.finish();
+  const auto f = GgufFile::open(path);
+  for (const auto& load : {std::function<void()>([&] { (void)gguf_hf_config(*f); }),
+                           std::function<void()>([&] { (void)gguf_tokenizer(*f); })}) {
+    try {
+      load();
+      ADD_FAILURE() << "no error";
+    } catch (const FileError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not valid UTF-8"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(GgufTest, ReadsVersion2AndRefusesUnsupportedTypesOnUse) {
