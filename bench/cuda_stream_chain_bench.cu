@@ -1,6 +1,7 @@
 // Does a decode step's chain of matvecs read faster as one persistent kernel that keeps weights
 // in flight across the matvecs' dependencies than as one kernel per matvec? The question behind a
-// decode megakernel. On an H100 the answer was no (bench/RESULTS.md, stop 45).
+// decode megakernel. On an H100 the answer was no (bench/RESULTS.md, stop 45); on an H200, with the
+// weights fed by the TMA engine, no again (stop 47).
 //
 // The chain: the 128 bf16 matvecs of a Llama-3-8B decode step (32 layers of q+k+v [6144, 4096],
 // o [4096, 4096], gate+up [28672, 4096], down [4096, 14336]; 13.96 GB), each matvec's x the
@@ -15,11 +16,16 @@
 //           that finished its rows of matvec m has m+1's first S chunks in flight meanwhile.
 //           Variants: polls backing off; a grid of 1024 warps, which divide every matvec's rows
 //           evenly; no waits at all (wrong outputs: the persistent stream's own rate).
+//   tma:    one persistent kernel, one block an SM: a producer lane streams whole-row tiles by bulk
+//           copies (the TMA engine) into a ring of shared memory; consumer warp w owns stage w.
 //
-// Both compute each row's dot in the same order, so their outputs must be bit-identical (checked,
+// All compute each row's dot in the same order, so their outputs must be bit-identical (checked,
 // except without waits). Prints the device-to-device copy rate (bytes read + written per second,
 // as hearth bench) and each variant's step time and weight bytes per second.
-// Usage: cuda_stream_chain_bench [REPS] [--quarter]
+// Usage: cuda_stream_chain_bench [REPS] [--quarter] [--gaps]
+// --gaps: idle stretches between the matvecs, as a 4-bit step's small kernels leave (12 us before
+// each o, 4 us before the others): a kernel that waits in the graph; in tma, the consumers of the
+// next matvec idle that long after the previous one's last row while the producers keep loading.
 // --quarter: every K a quarter as long (rounded up to a multiple of 1024: q+k+v, o and gate+up
 // [N, 1024], down [4096, 4096]; 3.62 GB): a 4-bit model's bytes and rows per matvec, in bf16.
 #include <cuda_runtime.h>
@@ -54,6 +60,7 @@ struct Mat {
 struct Chain {
   Mat m[kMaxMats];
   int first_row_offset[kMaxMats];  // rows of the matvecs before m, modulo the warp count
+  int gap_ns[kMaxMats];            // --gaps: idle time before matvec m (graph and tma only)
   int count;
 };
 
@@ -110,6 +117,19 @@ __global__ void matvec_kernel(Mat m) {
   if (lane == 0) m.y[r] = acc;
 }
 
+__device__ inline unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// --gaps: stands for the latency-bound kernels between two matvecs (norms, rope, attention).
+__global__ void gap_kernel(int ns) {
+  const unsigned long long start = now_ns();
+  while (now_ns() - start < static_cast<unsigned long long>(ns)) {
+  }
+}
+
 // --- stream: one persistent kernel ---
 
 // Walks one warp's share of the chain chunk by chunk: matvec m's row r belongs to warp
@@ -158,6 +178,19 @@ __device__ inline unsigned load_relaxed(const unsigned* p) {
 }
 __device__ inline void add_release(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ inline unsigned fetch_add_release(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ inline unsigned long long load_acquire64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ inline void store_release64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // rows_done[m]: rows of matvec m written (zeroed before each launch).
@@ -234,6 +267,157 @@ __global__ void stream_kernel(const Chain* __restrict__ chain_in, unsigned* rows
   wait_pending<0>();
 }
 
+// --- tma: one persistent kernel, a producer warp per SM streaming whole tiles by bulk copies ---
+//
+// Stop 45's stream kernel issued 16-byte cp.async copies from every warp and read slower than the
+// graph even without waits. Here one lane of a producer warp per block (one block an SM) issues
+// one bulk copy (the TMA engine's cp.async.bulk, completing on an mbarrier) per tile of whole rows,
+// up to kTileBytes, into a ring of S stages: ~S x 28 KiB in flight per SM regardless of the
+// consumers. Consumer warp w owns stage w (S consumer warps): it waits for the stage's bytes, for x
+// (the previous matvec's rows_done, as in `stream`), computes its tile's rows in graph's order,
+// releases the stage to the producer, and counts its rows done. Tiles of the chain in order, tile
+// g to block g mod blocks; every block walks its tiles in chain order, so a wait only ever needs
+// tiles that come earlier in every block's walk (no deadlock with all blocks resident).
+constexpr int kTileBytes = 28 * 1024;  // one 14336-wide bf16 row; 3 rows of 4096, 14 of 1024
+
+__host__ __device__ inline int tile_rows(const Mat& m) {
+  const int rows = kTileBytes / (m.k * 2);
+  return rows > 0 ? rows : 1;
+}
+
+struct TileCursor {
+  int m = 0, tile = 0;  // matvec, tile within it
+  long long base = 0;   // global index of matvec m's first tile
+  // Moves to global tile g (g never decreases); false past the chain's end.
+  __device__ bool seek(const Chain& ch, long long g) {
+    while (m < ch.count) {
+      const Mat& mat = ch.m[m];
+      const long long tiles = (mat.n + tile_rows(mat) - 1) / tile_rows(mat);
+      if (g < base + tiles) {
+        tile = static_cast<int>(g - base);
+        return true;
+      }
+      base += tiles;
+      ++m;
+    }
+    return false;
+  }
+};
+
+__device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ inline void bar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ inline void bar_expect(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ inline void bar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ inline void bar_wait(uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(smem_addr(bar)), "r"(parity)
+                 : "memory");
+  }
+}
+__device__ inline void bulk_copy(void* to, const void* from, unsigned bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(to)),
+      "l"(from), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// rows_done: [count] row counters, then [count] u64 times at which each matvec's last row was
+// counted (for --gaps; zeroed before each launch, as the counters).
+template <int S>
+__global__ void tma_kernel(const Chain* __restrict__ chain_in, unsigned* rows_done, int wait_mode) {
+  unsigned long long* done_at = reinterpret_cast<unsigned long long*>(rows_done + chain_in->count);
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint4* ring = reinterpret_cast<uint4*>(smem);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + static_cast<size_t>(S) * kTileBytes);
+  uint64_t* empty = full + S;
+  const Chain& ch = *chain_in;
+  const int lane = threadIdx.x % 32, wib = threadIdx.x / 32;
+  const long long blocks = gridDim.x;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      bar_init(&full[s], 1);
+      bar_init(&empty[s], 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wib == S) {  // the producer warp
+    if (lane != 0) return;
+    TileCursor cur;
+    for (long long j = 0; cur.seek(ch, blockIdx.x + j * blocks); ++j) {
+      const int s = static_cast<int>(j % S);
+      if (j >= S) bar_wait(&empty[s], static_cast<unsigned>((j / S - 1) & 1));
+      const Mat& m = ch.m[cur.m];
+      const int rows = tile_rows(m), r0 = cur.tile * rows, n = min(rows, m.n - r0);
+      const unsigned bytes = static_cast<unsigned>(n) * m.k * 2;
+      bar_expect(&full[s], bytes);
+      bulk_copy(ring + static_cast<size_t>(s) * (kTileBytes / 16), m.w + static_cast<int64_t>(r0) * (m.k / 8), bytes,
+                &full[s]);
+    }
+    return;
+  }
+
+  // Consumer warp wib: local tiles wib, wib + S, ... of this block, all in stage wib.
+  const uint4* stage = ring + static_cast<size_t>(wib) * (kTileBytes / 16);
+  TileCursor cur;
+  int ready_m = 0;  // matvecs before this one have their x complete (matvec 0's x is given)
+  for (long long n_own = 0;; ++n_own) {
+    const long long j = wib + n_own * S;
+    if (!cur.seek(ch, blockIdx.x + j * blocks)) break;
+    const Mat& m = ch.m[cur.m];
+    if (cur.m > ready_m) {
+      if (!(wait_mode & 4)) {
+        const unsigned need = static_cast<unsigned>(ch.m[cur.m - 1].n);
+        if (lane == 0) {
+          while (load_acquire(&rows_done[cur.m - 1]) < need) {
+          }
+          // A gap before this matvec: idle until gap_ns after the previous one's last row.
+          if (ch.gap_ns[cur.m] > 0) {
+            unsigned long long at = 0;
+            while ((at = load_acquire64(&done_at[cur.m - 1])) == 0) {
+            }
+            while (now_ns() < at + ch.gap_ns[cur.m]) {
+            }
+          }
+        }
+        __syncwarp();
+      }
+      ready_m = cur.m;
+    }
+    bar_wait(&full[wib], static_cast<unsigned>(n_own & 1));
+    const int rows = tile_rows(m), r0 = cur.tile * rows, n = min(rows, m.n - r0);
+    const int row_vecs = m.k / 8;
+    for (int r = 0; r < n; ++r) {
+      float acc = 0;
+      for (int c = 0; c < m.k / 1024; ++c) {
+        uint4 w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = stage[r * row_vecs + c * kChunkVecs + i * 32 + lane];
+        acc = dot_chunk(w, m.x, c, lane, acc);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) m.y[r0 + r] = acc;
+    }
+    __syncwarp();
+    if (lane == 0) {
+      bar_arrive(&empty[wib]);
+      const unsigned before = fetch_add_release(&rows_done[cur.m], static_cast<unsigned>(n));
+      if (before + n == static_cast<unsigned>(m.n) && cur.m + 1 < ch.count && ch.gap_ns[cur.m + 1] > 0)
+        store_release64(&done_at[cur.m], now_ns());
+    }
+  }
+}
+
 __global__ void fill_bf16(uint16_t* p, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
@@ -308,11 +492,42 @@ Variant make_stream(const char* name, int warps_per_block, int wait_mode, int bl
   return v;
 }
 
+template <int S>
+Variant make_tma(const char* name, int wait_mode, const Chain& chain, unsigned* rows_done, cudaStream_t s, int sms) {
+  const size_t shared = size_t{S} * kTileBytes + 2 * S * sizeof(uint64_t);
+  check(cudaFuncSetAttribute(tma_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+        "smem attribute");
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tma_kernel<S>, (S + 1) * 32, shared), "occupancy");
+  if (per_sm < 1) {
+    std::fprintf(stderr, "%s: does not fit an SM\n", name);
+    std::exit(1);
+  }
+  std::printf("%s: one block an SM, %d consumer warps, a ring of %d x %d KiB, wait %d\n", name, S, S, kTileBytes / 1024,
+              wait_mode);
+  Chain* d_own = nullptr;
+  check(cudaMalloc(&d_own, sizeof(Chain)), "chain");
+  check(cudaMemcpy(d_own, &chain, sizeof(Chain), cudaMemcpyHostToDevice), "chain up");
+  cudaGraph_t g;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
+  check(cudaMemsetAsync(rows_done, 0, 3 * sizeof(unsigned) * chain.count, s), "memset");
+  tma_kernel<S><<<sms, (S + 1) * 32, shared, s>>>(d_own, rows_done, wait_mode);
+  check(cudaGetLastError(), "tma launch");
+  check(cudaStreamEndCapture(s, &g), "capture end");
+  Variant v{name, nullptr, {}, (wait_mode & 4) == 0};
+  check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-  const bool quarter = argc > 2 && std::strcmp(argv[2], "--quarter") == 0;
+  bool quarter = false, gaps = false;
+  for (int i = 2; i < argc; ++i) {
+    quarter = quarter || std::strcmp(argv[i], "--quarter") == 0;
+    gaps = gaps || std::strcmp(argv[i], "--gaps") == 0;
+  }
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
   cudaDeviceProp prop{};
@@ -336,6 +551,9 @@ int main(int argc, char** argv) {
     fill_bf16<<<4096, 256, 0, s>>>(w, size_t{1} * n * k, 1234u + i, 1.7f / std::sqrt(static_cast<float>(k)));
     check(cudaMalloc(&xs[i + 1], sizeof(float) * n), "y");
     host.m[i] = {reinterpret_cast<const uint4*>(w), xs[i], xs[i + 1], n, k};
+    // --gaps: a 4-bit layer's latency-bound stretches on an H100 (bench/RESULTS.md, stop 46), roughly:
+    // rope, attention and merge before o; a norm and x's rounding before the other three.
+    if (gaps && i > 0) host.gap_ns[i] = i % 4 == 1 ? 12000 : 4000;
     weight_bytes += size_t{2} * n * k;
   }
   // x0: a fixed vector of unit-ish values.
@@ -343,7 +561,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 4096; ++i) x0[i] = std::sin(0.37f * i) + 0.1f;
   check(cudaMemcpy(xs[0], x0.data(), sizeof(float) * 4096, cudaMemcpyHostToDevice), "x0");
   unsigned* rows_done = nullptr;
-  check(cudaMalloc(&rows_done, sizeof(unsigned) * count), "counters");
+  check(cudaMalloc(&rows_done, 3 * sizeof(unsigned) * count), "counters");
   check(cudaStreamSynchronize(s), "fill");
 
   // d2d copy rate, as hearth bench measures it.
@@ -368,6 +586,9 @@ int main(int argc, char** argv) {
     }
     std::printf("%s, %d SMs: d2d copy %.1f GB/s; chain of %d matvecs, %.3f GB of bf16 weights\n", prop.name, sms,
                 2.0 * bytes / (best * 1e-3) / 1e9, count, weight_bytes / 1e9);
+    long long gap_total = 0;
+    for (int i = 0; i < count; ++i) gap_total += host.gap_ns[i];
+    if (gaps) std::printf("gaps: %.3f ms in all\n", gap_total * 1e-6);
     cudaFree(a);
     cudaFree(b);
   }
@@ -376,7 +597,10 @@ int main(int argc, char** argv) {
   {
     cudaGraph_t g;
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-    for (int i = 0; i < count; ++i) matvec_kernel<<<(host.m[i].n + 7) / 8, 256, 0, s>>>(host.m[i]);
+    for (int i = 0; i < count; ++i) {
+      if (host.gap_ns[i] > 0) gap_kernel<<<1, 32, 0, s>>>(host.gap_ns[i]);
+      matvec_kernel<<<(host.m[i].n + 7) / 8, 256, 0, s>>>(host.m[i]);
+    }
     check(cudaStreamEndCapture(s, &g), "capture end");
     Variant v{"graph", nullptr, {}};
     check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
@@ -384,12 +608,17 @@ int main(int argc, char** argv) {
   }
   // Ring depth and grid: 8 warps of 8 chunks an SM was the best of 8x3 to 16x6 (bench/RESULTS.md);
   // "even": 1024 warps, which divide every matvec's rows evenly.
-  variants.push_back(make_stream<8>("stream", 8, 0, 0, host, rows_done, s, sms));
-  variants.push_back(make_stream<8>("backoff", 8, 3, 0, host, rows_done, s, sms));
-  variants.push_back(make_stream<8>("even", 8, 0, 128, host, rows_done, s, sms));
-  variants.push_back(make_stream<4>("even 8x4", 8, 0, 256, host, rows_done, s, sms));
-  variants.push_back(make_stream<8>("no wait", 8, 4, 0, host, rows_done, s, sms));
-  variants.push_back(make_stream<8>("even no wait", 8, 4, 128, host, rows_done, s, sms));
+  if (!gaps) {  // the stream kernel has no gaps
+    variants.push_back(make_stream<8>("stream", 8, 0, 0, host, rows_done, s, sms));
+    variants.push_back(make_stream<8>("backoff", 8, 3, 0, host, rows_done, s, sms));
+    variants.push_back(make_stream<8>("even", 8, 0, 128, host, rows_done, s, sms));
+    variants.push_back(make_stream<4>("even 8x4", 8, 0, 256, host, rows_done, s, sms));
+    variants.push_back(make_stream<8>("no wait", 8, 4, 0, host, rows_done, s, sms));
+    variants.push_back(make_stream<8>("even no wait", 8, 4, 128, host, rows_done, s, sms));
+  }
+  variants.push_back(make_tma<7>("tma 7", 0, host, rows_done, s, sms));
+  variants.push_back(make_tma<4>("tma 4", 0, host, rows_done, s, sms));
+  variants.push_back(make_tma<7>("tma no wait", 4, host, rows_done, s, sms));
 
   // Reference outputs from the graph, then every variant must reproduce them bit for bit.
   std::vector<std::vector<float>> want(count);
