@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "formats/ggml_quants.h"
 #include "formats/gguf.h"
+#include "fuzz_checks.h"
 
 namespace {
 
@@ -67,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const hearth::InputError& e) {
     // Errors are printed as one line (CLI) or put in an HTTP body: no raw newlines.
-    if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+    hearth::fuzz::check_one_line(e);
   }
   return 0;
 }

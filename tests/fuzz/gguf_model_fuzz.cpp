@@ -16,22 +16,13 @@
 #include "formats/gguf.h"
 #include "formats/gguf_model.h"
 #include "formats/gguf_tokenizer.h"
+#include "fuzz_checks.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
 
-void check_one_line(const hearth::InputError& e) {
-  if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
-}
-
-template <class F>
-void expect_clean(F&& f) {
-  try {
-    f();
-  } catch (const hearth::InputError& e) {
-    check_one_line(e);
-  }
-}
+using hearth::fuzz::check_one_line;
+using hearth::fuzz::expect_clean;
 
 void use_tokenizer(const hearth::GgufTokenizer& g) {
   hearth::TokenizerConfig config;

@@ -7,47 +7,34 @@
 
 #include "base/error.h"
 #include "formats/json_config.h"
+#include "fuzz_checks.h"
 
-namespace {
-
-void check_one_line(const hearth::InputError& e) {
-  if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
-}
-
-// Runs one getter; an InputError (wrong type, missing key) is an expected outcome.
-template <class F>
-void probe(F&& f) {
-  try {
-    f();
-  } catch (const hearth::InputError& e) {
-    check_one_line(e);
-  }
-}
-
-}  // namespace
+// Each getter either returns or throws an InputError (wrong type, missing key).
+using hearth::fuzz::check_one_line;
+using hearth::fuzz::expect_clean;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const hearth::JsonConfig c = hearth::JsonConfig::parse(text, "fuzz");
     for (const char* key : {"hidden_size", "rope_scaling", "eos_token_id", "weight_map", "layer_types", "a"}) {
-      probe([&] { (void)c.has(key); });
-      probe([&] { (void)c.get_int(key); });
-      probe([&] { (void)c.get_int(key, 1); });
-      probe([&] { (void)c.get_float(key); });
-      probe([&] { (void)c.get_float_opt(key); });
-      probe([&] { (void)c.get_bool(key, false); });
-      probe([&] { (void)c.get_string(key); });
-      probe([&] { (void)c.get_int_list(key); });
-      probe([&] { (void)c.get_string_list(key); });
-      probe([&] {
+      expect_clean([&] { (void)c.has(key); });
+      expect_clean([&] { (void)c.get_int(key); });
+      expect_clean([&] { (void)c.get_int(key, 1); });
+      expect_clean([&] { (void)c.get_float(key); });
+      expect_clean([&] { (void)c.get_float_opt(key); });
+      expect_clean([&] { (void)c.get_bool(key, false); });
+      expect_clean([&] { (void)c.get_string(key); });
+      expect_clean([&] { (void)c.get_int_list(key); });
+      expect_clean([&] { (void)c.get_string_list(key); });
+      expect_clean([&] {
         if (auto o = c.object(key)) {
           (void)o->string_items();
           (void)o->get_float_opt("factor");
         }
       });
     }
-    probe([&] { (void)c.string_items(); });
+    expect_clean([&] { (void)c.string_items(); });
   } catch (const hearth::InputError& e) {
     check_one_line(e);
   }

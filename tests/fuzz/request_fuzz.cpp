@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/mapped_file.h"
+#include "fuzz_checks.h"
 #include "runtime/prompt.h"
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
@@ -82,9 +83,9 @@ void expect_clean(F&& parse) {
     parse();
   } catch (const hearth::server::ApiError& e) {
     if (e.status() < 400 || e.status() > 499) std::abort();
-    if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+    hearth::fuzz::check_one_line(e);
   } catch (const hearth::InputError& e) {
-    if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+    hearth::fuzz::check_one_line(e);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "formats/safetensors.h"
+#include "fuzz_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h.data_offset + end != size) std::abort();
   } catch (const hearth::InputError& e) {
     // Errors are printed as one line (CLI) or put in an HTTP body: no raw newlines.
-    if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+    hearth::fuzz::check_one_line(e);
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "chat/template.h"
+#include "fuzz_checks.h"
 
 namespace {
 
@@ -35,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const hearth::ChatTemplate tmpl = hearth::ChatTemplate::parse(source, "fuzz");
     (void)tmpl.render(context());
   } catch (const hearth::InputError& e) {
-    if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+    hearth::fuzz::check_one_line(e);
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "fuzz_checks.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -18,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::vector<int32_t> ids = tok.encode(s, true);
         (void)tok.decode(ids, false);
       } catch (const hearth::InputError& e) {
-        if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+        hearth::fuzz::check_one_line(e);
       }
     }
     std::vector<int32_t> all;
@@ -28,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)stream.flush();
     (void)tok.decode(all, true);
   } catch (const hearth::InputError& e) {
-    if (std::string(e.what()).find('\n') != std::string::npos) std::abort();
+    hearth::fuzz::check_one_line(e);
   }
   return 0;
 }
