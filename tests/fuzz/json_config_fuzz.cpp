@@ -1,5 +1,6 @@
-// libFuzzer target: JsonConfig::parse plus the typed getters the model loaders use. Malformed
-// input must end as an InputError with a one-line message; anything else is a bug.
+// libFuzzer target: JsonConfig::parse plus the typed getters the model loaders use, and the MLX
+// quantization section they read through it. Malformed input must end as an InputError with a
+// one-line message; anything else is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "base/error.h"
 #include "formats/json_config.h"
+#include "formats/quant_config.h"
 #include "fuzz_checks.h"
 
 // Each getter either returns or throws an InputError (wrong type, missing key).
@@ -35,6 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       });
     }
     expect_clean([&] { (void)c.string_items(); });
+    expect_clean([&] {
+      const hearth::QuantConfig q = hearth::QuantConfig::from_config(c);
+      for (const char* module : {"model.embed_tokens", "lm_head", "model.layers.0.mlp.down_proj"})
+        (void)q.spec_for(module);
+    });
   } catch (const hearth::InputError& e) {
     check_one_line(e);
   }
