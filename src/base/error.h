@@ -6,11 +6,16 @@
 
 namespace hearth {
 
+// `message` with its control characters (a newline in a role, a tensor name, a metadata string
+// quoted from the input) written as \xNN, so that it stays one line.
+std::string one_line(const std::string& message);
+
 // Bad input from the outside world (file, config, flag, request). The message is one
 // line and names the offending thing; boundaries turn it into an HTTP 4xx or exit 1.
+// Quoted input cannot break the line: the constructor escapes control characters.
 class InputError : public std::runtime_error {
  public:
-  explicit InputError(const std::string& message) : std::runtime_error(message) {}
+  explicit InputError(const std::string& message) : std::runtime_error(one_line(message)) {}
 };
 
 // Bad input inside a named file: "path: problem".

@@ -22,6 +22,15 @@ TEST(Strings, StrictIntegerLists) {
   EXPECT_EQ(parse_double("0.25"), 0.25);
 }
 
+// Input quoted into an error (a role, a tensor name, a metadata string) cannot break its line:
+// request_fuzz and gguf_model_fuzz found messages that did.
+TEST(Errors, InputErrorsStayOneLine) {
+  EXPECT_STREQ(InputError("unknown role 'a\nb\x7f'").what(), "unknown role 'a\\x0ab\\x7f'");
+  EXPECT_STREQ(FileError("f.gguf", "general.architecture 'x\r\ty'").what(),
+               "f.gguf: general.architecture 'x\\x0d\\x09y'");
+  EXPECT_STREQ(Unsupported("caf\xc3\xa9 \"ok\"").what(), "caf\xc3\xa9 \"ok\"");  // UTF-8 and quotes stay
+}
+
 TEST(ThreadPool, CoversEveryIndexOnce) {
   for (int threads : {1, 2, 3, 5}) {
     ThreadPool pool(threads);
