@@ -451,19 +451,43 @@ struct Variant {
   bool exact = true;  // must reproduce the graph's outputs
 };
 
-template <int S>
-Variant make_stream(const char* name, int warps_per_block, int wait_mode, int block_count, const Chain& chain,
-                    unsigned* rows_done, cudaStream_t s, int sms) {
-  const size_t shared = static_cast<size_t>(warps_per_block) * S * kChunkVecs * 16;
-  check(cudaFuncSetAttribute(stream_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+using PersistentKernel = void (*)(const Chain*, unsigned*, int);
+
+// How many blocks of `threads` with `shared` bytes of shared memory an SM holds (exits if none).
+int blocks_per_sm(PersistentKernel kernel, const char* name, int threads, size_t shared) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
         "smem attribute");
   int per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_kernel<S>, warps_per_block * 32, shared),
-        "occupancy");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared), "occupancy");
   if (per_sm < 1) {
     std::fprintf(stderr, "%s: does not fit an SM\n", name);
     std::exit(1);
   }
+  return per_sm;
+}
+
+// A graph of one persistent kernel over its own device copy of `chain`, its counters zeroed first.
+Variant capture(const char* name, PersistentKernel kernel, int blocks, int threads, size_t shared, const Chain& chain,
+                unsigned* rows_done, int wait_mode, cudaStream_t s) {
+  Chain* d_own = nullptr;
+  check(cudaMalloc(&d_own, sizeof(Chain)), "chain");
+  check(cudaMemcpy(d_own, &chain, sizeof(Chain), cudaMemcpyHostToDevice), "chain up");
+  cudaGraph_t g;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
+  check(cudaMemsetAsync(rows_done, 0, 3 * sizeof(unsigned) * chain.count, s), "memset");
+  kernel<<<blocks, threads, shared, s>>>(d_own, rows_done, wait_mode);
+  check(cudaGetLastError(), "persistent launch");
+  check(cudaStreamEndCapture(s, &g), "capture end");
+  Variant v{name, nullptr, {}, (wait_mode & 4) == 0};
+  check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
+  return v;
+}
+
+template <int S>
+Variant make_stream(const char* name, int warps_per_block, int wait_mode, int block_count, const Chain& chain,
+                    unsigned* rows_done, cudaStream_t s, int sms) {
+  const size_t shared = static_cast<size_t>(warps_per_block) * S * kChunkVecs * 16;
+  const int per_sm = blocks_per_sm(stream_kernel<S>, name, warps_per_block * 32, shared);
   // block_count: a fixed grid (at most what fits), e.g. 1024 warps, which divide every matvec's
   // rows evenly; 0: every SM full.
   const int blocks = block_count > 0 ? std::min(block_count, sms * per_sm) : sms * per_sm;
@@ -478,45 +502,16 @@ Variant make_stream(const char* name, int warps_per_block, int wait_mode, int bl
     host.first_row_offset[i] = static_cast<int>(before % warps);
     before += host.m[i].n;
   }
-  Chain* d_own = nullptr;
-  check(cudaMalloc(&d_own, sizeof(Chain)), "chain");
-  check(cudaMemcpy(d_own, &host, sizeof(Chain), cudaMemcpyHostToDevice), "chain up");
-  cudaGraph_t g;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-  check(cudaMemsetAsync(rows_done, 0, sizeof(unsigned) * host.count, s), "memset");
-  stream_kernel<S><<<blocks, warps_per_block * 32, shared, s>>>(d_own, rows_done, wait_mode);
-  check(cudaGetLastError(), "stream launch");
-  check(cudaStreamEndCapture(s, &g), "capture end");
-  Variant v{name, nullptr, {}, (wait_mode & 4) == 0};
-  check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
-  return v;
+  return capture(name, stream_kernel<S>, blocks, warps_per_block * 32, shared, host, rows_done, wait_mode, s);
 }
 
 template <int S>
 Variant make_tma(const char* name, int wait_mode, const Chain& chain, unsigned* rows_done, cudaStream_t s, int sms) {
   const size_t shared = size_t{S} * kTileBytes + 2 * S * sizeof(uint64_t);
-  check(cudaFuncSetAttribute(tma_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
-        "smem attribute");
-  int per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tma_kernel<S>, (S + 1) * 32, shared), "occupancy");
-  if (per_sm < 1) {
-    std::fprintf(stderr, "%s: does not fit an SM\n", name);
-    std::exit(1);
-  }
+  blocks_per_sm(tma_kernel<S>, name, (S + 1) * 32, shared);
   std::printf("%s: one block an SM, %d consumer warps, a ring of %d x %d KiB, wait %d\n", name, S, S, kTileBytes / 1024,
               wait_mode);
-  Chain* d_own = nullptr;
-  check(cudaMalloc(&d_own, sizeof(Chain)), "chain");
-  check(cudaMemcpy(d_own, &chain, sizeof(Chain), cudaMemcpyHostToDevice), "chain up");
-  cudaGraph_t g;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-  check(cudaMemsetAsync(rows_done, 0, 3 * sizeof(unsigned) * chain.count, s), "memset");
-  tma_kernel<S><<<sms, (S + 1) * 32, shared, s>>>(d_own, rows_done, wait_mode);
-  check(cudaGetLastError(), "tma launch");
-  check(cudaStreamEndCapture(s, &g), "capture end");
-  Variant v{name, nullptr, {}, (wait_mode & 4) == 0};
-  check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
-  return v;
+  return capture(name, tma_kernel<S>, sms, (S + 1) * 32, shared, chain, rows_done, wait_mode, s);
 }
 
 }  // namespace
