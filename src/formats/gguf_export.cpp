@@ -352,6 +352,15 @@ GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, con
                       "SentencePiece's (Prepend/Replace of U+2581, or Metaspace) is not exported");
   }
   const std::string pre = spm ? "" : pre_tokenizer_name(tok, tok_path);
+  // Typed reads that name the entry at fault (the catch below only knows the JSON type error).
+  auto integer = [&](const json& v, const std::string& where) {
+    if (!v.is_number_integer()) throw FileError(tok_path, where + " is " + v.type_name() + ", not an integer id");
+    return v.get<int64_t>();
+  };
+  auto text = [&](const json& v, const std::string& where) {
+    if (!v.is_string()) throw FileError(tok_path, where + " is " + v.type_name() + ", not a string");
+    return v.get<std::string>();
+  };
   auto check_id = [&](int64_t id, const std::string& what) {
     if (id < 0 || id >= vocab_size) {
       throw FileError(tok_path, what + " has id " + std::to_string(id) + ", outside the model's vocab_size " +
@@ -362,17 +371,25 @@ GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, con
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 0);
   const std::string unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"] : "";
-  for (const auto& [text, id] : model.at("vocab").items()) {
-    const size_t i = check_id(id.get<int64_t>(), "token '" + printable(text) + "'");
-    tokens[i] = text;
-    types[i] = 1;                                  // NORMAL
-    if (spm && text == unk) types[i] = 2;          // UNKNOWN
-    if (spm && is_byte_piece(text)) types[i] = 6;  // BYTE
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    throw FileError(tok_path, "model.vocab is not an object");
+  for (const auto& [piece, id] : model["vocab"].items()) {
+    const std::string what = "token '" + printable(piece) + "'";
+    const size_t i = check_id(integer(id, "model.vocab: " + what), what);
+    tokens[i] = piece;
+    types[i] = 1;                                   // NORMAL
+    if (spm && piece == unk) types[i] = 2;          // UNKNOWN
+    if (spm && is_byte_piece(piece)) types[i] = 6;  // BYTE
   }
   std::map<std::string, int64_t> added;
-  for (const json& t : tok.value("added_tokens", json::array())) {
-    const std::string content = t.at("content").get<std::string>();
-    const size_t i = check_id(t.at("id").get<int64_t>(), "added token '" + printable(content) + "'");
+  const json added_tokens = tok.value("added_tokens", json::array());
+  for (size_t n = 0; n < added_tokens.size(); ++n) {
+    const json& t = added_tokens[n];
+    const std::string where = "added_tokens[" + std::to_string(n) + "]";
+    if (!t.is_object()) throw FileError(tok_path, where + " is " + t.type_name() + ", not an object");
+    const std::string content = text(t.value("content", json()), where + ".content");
+    const size_t i =
+        check_id(integer(t.value("id", json()), where + ".id"), "added token '" + printable(content) + "'");
     tokens[i] = content;
     types[i] = t.value("special", false) || looks_special(content) ? 3 : 4;  // CONTROL : USER_DEFINED
     added[content] = static_cast<int64_t>(i);
@@ -384,9 +401,14 @@ GgufKeyValues tokenizer_metadata(const std::string& dir, int64_t vocab_size, con
     }
   }
   std::vector<std::string> merges;
-  for (const json& m : model.value("merges", json::array()))
-    merges.push_back(m.is_string() ? m.get<std::string>()
-                                   : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+  for (const json& m : model.value("merges", json::array())) {
+    const std::string where = "model.merges[" + std::to_string(merges.size()) + "]";
+    if (m.is_array() && m.size() == 2) {
+      merges.push_back(text(m[0], where + "[0]") + " " + text(m[1], where + "[1]"));
+    } else {
+      merges.push_back(text(m, where));
+    }
+  }
 
   GgufKeyValues kv;
   if (spm) {

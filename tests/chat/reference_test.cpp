@@ -82,7 +82,7 @@ INSTANTIATE_TEST_SUITE_P(chat, TransformersReference, ::testing::Values("qwen3",
 
 TEST(chat_LlamaCppTemplates, MatchJinja2) {
   const std::string dir = testing::data_path("external/chat_templates");
-  if (!fs::exists(dir)) FAIL() << dir << " missing: run scripts/fetch_chat_templates.sh";
+  if (!fs::exists(dir)) FAIL() << dir << " missing: run scripts/fetch_llamacpp_data.sh";
   const json ref = load_json(testing::data_path("chat/llamacpp_renders.json"));
   const std::tm now = fixed_now();
   int n_pass = 0, n_total = 0;

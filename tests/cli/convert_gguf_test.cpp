@@ -197,7 +197,22 @@ TEST(ConvertGgufErrors, BrokenInputsAreClearErrorsAndLeaveNothing) {
   {
     const auto dir = model_dir("qwen3");
     edit_json(dir->file("tokenizer.json"), [](auto& j) { j["model"]["vocab"] = "none"; });
-    expect_failure(dir->path(), "tokenizer.json: unexpected structure");
+    expect_failure(dir->path(), "tokenizer.json: model.vocab is not an object");
+  }
+  {  // each entry at fault is named
+    const auto dir = model_dir("qwen3");
+    edit_json(dir->file("tokenizer.json"), [](auto& j) { j["model"]["vocab"]["hello"] = "7"; });
+    expect_failure(dir->path(), "tokenizer.json: model.vocab: token 'hello' is string, not an integer id");
+    edit_json(dir->file("tokenizer.json"), [](auto& j) {
+      j["model"]["vocab"]["hello"] = 7;
+      j["added_tokens"][0]["id"] = nullptr;
+    });
+    expect_failure(dir->path(), "tokenizer.json: added_tokens[0].id is null, not an integer id");
+    edit_json(dir->file("tokenizer.json"), [](auto& j) {
+      j["added_tokens"][0]["id"] = 0;
+      j["model"]["merges"][2] = {"a", 5};
+    });
+    expect_failure(dir->path(), "tokenizer.json: model.merges[2][1] is number, not a string");
   }
   {
     const auto dir = model_dir("qwen2_yarn");

@@ -215,7 +215,7 @@ TEST(server_tool_parser, DetectsFormatFromRealTemplates) {
     ++found;
     EXPECT_EQ(detect_tool_format(*t), format) << name;
   }
-  if (found == 0) GTEST_SKIP() << "no templates: run scripts/fetch_chat_templates.sh and scripts/fetch_test_data.sh";
+  if (found == 0) GTEST_SKIP() << "no templates: run scripts/fetch_llamacpp_data.sh and scripts/fetch_test_data.sh";
   EXPECT_EQ(detect_tool_format(""), ToolFormat::kNone);
 }
 
