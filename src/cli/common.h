@@ -1,7 +1,9 @@
 // Flags and setup shared by the verbs that load a model.
 #pragma once
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/thread_pool.h"
@@ -22,6 +24,15 @@ inline bool parse_index(std::string_view s, int* out) {
   }
   *out = v;
   return true;
+}
+
+// The sampling flags generate and serve share, checked before the model loads (the Sampler
+// would refuse the same values, but only once a request runs).
+inline void check_sampling_flags(const std::optional<double>& temp, const std::optional<double>& top_p,
+                                 const std::optional<int64_t>& top_k) {
+  if (temp && !(*temp >= 0 && std::isfinite(*temp))) throw InputError("--temp must be a finite number >= 0");
+  if (top_p && !(*top_p > 0 && *top_p <= 1)) throw InputError("--top-p must be in (0, 1]");
+  if (top_k && *top_k < 0) throw InputError("--top-k must be >= 0");
 }
 
 struct ModelFlags {

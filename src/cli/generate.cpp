@@ -16,8 +16,9 @@ int run_generate(const std::vector<std::string>& args) {
   ModelFlags mf;
   std::string prompt_tokens, prompt, system;
   bool raw = false;
-  int64_t max_tokens = 256, top_k_flag = -1, seed = 0, prefill_chunk = 512, ctx_tokens = 0;
+  int64_t max_tokens = 256, seed = 0, prefill_chunk = 512, ctx_tokens = 0;
   std::optional<double> temp, top_p;
+  std::optional<int64_t> top_k;
   bool ignore_eos = false, json_out = false;
   Flags f("generate", "[MODEL] (--prompt TEXT | --prompt-tokens IDS) [flags]",
           "Generates from a prompt and streams the text. --prompt is rendered through the model's chat\n"
@@ -31,7 +32,7 @@ int run_generate(const std::vector<std::string>& args) {
   f.add("max-tokens", "Most tokens to generate (default 256).", &max_tokens);
   f.add("temp", "Sampling temperature; 0 = greedy (default: generation_config.json, else 0).", &temp);
   f.add("top-p", "Nucleus sampling threshold in (0, 1] (default: generation_config.json, else 1).", &top_p);
-  f.add("top-k", "Keep the k most likely tokens; 0 = off (default: generation_config.json, else 0).", &top_k_flag);
+  f.add("top-k", "Keep the k most likely tokens; 0 = off (default: generation_config.json, else 0).", &top_k);
   f.add("seed", "Random seed for sampling (default 0).", &seed);
   f.add("ignore-eos", "Keep generating past end-of-sequence tokens.", &ignore_eos);
   f.add("prefill-chunk", "Prompt tokens per forward pass (default 512).", &prefill_chunk);
@@ -39,6 +40,8 @@ int run_generate(const std::vector<std::string>& args) {
   f.add("json", "Print one JSON object with the tokens and timings.", &json_out);
   if (!f.parse(args)) return 0;
 
+  check_sampling_flags(temp, top_p, top_k);
+  if (ctx_tokens < 0) throw InputError("--ctx must be >= 0");
   if (f.given("prompt") == f.given("prompt-tokens"))
     throw InputError("generate: give exactly one of --prompt and --prompt-tokens");
   if ((raw || f.given("system")) && !f.given("prompt")) throw InputError("generate: --raw and --system need --prompt");
@@ -73,11 +76,11 @@ int run_generate(const std::vector<std::string>& args) {
   const bool model_samples = gen.do_sample.value_or(false);
   req.sampling.temperature = static_cast<float>(temp.value_or(model_samples ? gen.temperature.value_or(1.0) : 0.0));
   req.sampling.top_p = static_cast<float>(top_p.value_or(model_samples ? gen.top_p.value_or(1.0) : 1.0));
-  req.sampling.top_k = top_k_flag >= 0 ? top_k_flag : (model_samples ? gen.top_k.value_or(0) : 0);
+  req.sampling.top_k = top_k.value_or(model_samples ? gen.top_k.value_or(0) : 0);
   req.sampling.seed = static_cast<uint64_t>(seed);
 
   EngineOptions eo = mf.engine_options();
-  eo.kv_tokens = ctx_tokens > 0 ? ctx_tokens : 0;
+  eo.kv_tokens = ctx_tokens;
   Engine engine(*model, Context{pool.get(), mf.device()}, eo);
   GenerationStream stream(engine, req);
   std::vector<int32_t> out;

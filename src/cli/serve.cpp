@@ -113,9 +113,7 @@ int run_serve(const std::vector<std::string>& args) {
   if (port < 0 || port > 65535) throw InputError("--port must be in 0..65535");
   if (max_queue < 1) throw InputError("--max-queue must be >= 1");
   if (max_tokens && *max_tokens < 1) throw InputError("--max-tokens must be >= 1");
-  if (temp && *temp < 0) throw InputError("--temp must be >= 0");
-  if (top_p && !(*top_p > 0 && *top_p <= 1)) throw InputError("--top-p must be in (0, 1]");
-  if (top_k && *top_k < 0) throw InputError("--top-k must be >= 0");
+  check_sampling_flags(temp, top_p, top_k);
   if (ctx_tokens < 0) throw InputError("--ctx must be >= 0");
   if (!(prompt_cache_gb >= 0 && prompt_cache_gb < 1e6)) throw InputError("--prompt-cache must be >= 0 (GB)");
   if (!(shutdown_timeout_s >= 0 && shutdown_timeout_s <= 3600))

@@ -38,12 +38,13 @@ bool by_value(float a, float b) { return descending_key(a) < descending_key(b); 
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
-  if (!(params.temperature >= 0) || !std::isfinite(params.temperature)) throw InputError("temperature must be >= 0");
+  if (!(params.temperature >= 0) || !std::isfinite(params.temperature))
+    throw InputError("temperature must be a finite number >= 0");
   if (!(params.top_p > 0 && params.top_p <= 1)) throw InputError("top_p must be in (0, 1]");
   if (params.top_k < 0) throw InputError("top_k must be >= 0");
   if (!(params.min_p >= 0 && params.min_p <= 1)) throw InputError("min_p must be in [0, 1]");
   if (!(params.repetition_penalty > 0) || !std::isfinite(params.repetition_penalty))
-    throw InputError("repetition_penalty must be > 0");
+    throw InputError("repetition_penalty must be a finite number > 0");
   if (params.repetition_context_size < 0) throw InputError("repetition_context_size must be >= 0");
   if (!(params.presence_penalty >= -2 && params.presence_penalty <= 2))
     throw InputError("presence_penalty must be in [-2, 2]");

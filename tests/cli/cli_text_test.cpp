@@ -132,5 +132,31 @@ TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
   EXPECT_NE(err.find("--device: expected auto, cpu, cuda or cuda:N, got 'gpu'"), std::string::npos) << err;
 }
 
+// Sampling and cache flags out of range are one-line errors before anything loads: the model
+// path does not exist, so any error but the flag's would name it. (serve used to start with
+// --temp nan and fail every request; generate took a negative --top-k or --ctx as "not given".)
+TEST(cli_flags, OutOfRangeValuesAreRefusedBeforeTheModelLoads) {
+  const std::string model = testing::data_path("no_such_model");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--temp nan", "--temp must be a finite number >= 0"},
+      {"--temp inf", "--temp must be a finite number >= 0"},
+      {"--temp -1", "--temp must be a finite number >= 0"},
+      {"--top-p 0", "--top-p must be in (0, 1]"},
+      {"--top-p nan", "--top-p must be in (0, 1]"},
+      {"--top-k -2", "--top-k must be >= 0"},
+      {"--ctx -5", "--ctx must be >= 0"},
+  };
+  for (const char* verb : {"generate", "serve"}) {
+    for (const auto& [flag, message] : cases) {
+      int status = -1;
+      std::string err;
+      const std::string extra = std::string(verb) == "generate" ? " --prompt-tokens 1,2" : " --port 0";
+      testing::run_hearth(std::string(verb) + " " + model + extra + " " + flag, &status, &err);
+      EXPECT_EQ(status, 1) << verb << " " << flag << ": " << err;
+      EXPECT_EQ(err, "hearth: error: " + message + "\n") << verb << " " << flag;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hearth
