@@ -25,6 +25,7 @@ void Flags::positional(const std::string& name, const std::string& help, std::st
 }
 
 void Flags::model_dir(const std::string& help, std::string* target, bool required) {
+  model_target_ = target;
   positional("model", "Model directory or GGUF file (same as --model).", target);
   add("model", help, target);
   if (required) require("model");
@@ -112,6 +113,9 @@ bool Flags::parse(const std::vector<std::string>& args) {
       value = args[++i];
     }
     set(*spec, value);
+  }
+  if (model_target_ != nullptr && (positional_seen || given("model")) && model_target_->empty()) {
+    throw InputError(verb_ + ": the model path is empty");
   }
   for (const Spec& s : specs_) {
     if (s.required && !s.seen) {

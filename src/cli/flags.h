@@ -25,7 +25,7 @@ class Flags {
   void positional(const std::string& name, const std::string& help, std::string* target);
   void require(const std::string& name);
   // The model (a directory or a GGUF file), as a positional argument or --model; required
-  // unless `required` is false.
+  // unless `required` is false; never empty.
   void model_dir(const std::string& help, std::string* target, bool required = true);
 
   // Parses argv (after the verb). Returns false when --help was printed. Throws InputError
@@ -50,6 +50,7 @@ class Flags {
   std::vector<Spec> specs_;
   std::string positional_name_, positional_help_;
   std::string* positional_target_ = nullptr;
+  std::string* model_target_ = nullptr;  // model_dir's: given, it may not be empty
 };
 
 }  // namespace hearth::cli

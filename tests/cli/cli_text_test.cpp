@@ -156,6 +156,13 @@ TEST(cli_flags, OutOfRangeValuesAreRefusedBeforeTheModelLoads) {
       EXPECT_EQ(err, "hearth: error: " + message + "\n") << verb << " " << flag;
     }
   }
+  for (const char* model_flag : {"''", "--model ''", "--model="}) {  // an empty model path
+    int status = -1;
+    std::string err;
+    testing::run_hearth(std::string("generate ") + model_flag + " --prompt-tokens 1", &status, &err);
+    EXPECT_EQ(status, 1) << model_flag;
+    EXPECT_EQ(err, "hearth: error: generate: the model path is empty\n") << model_flag;
+  }
 }
 
 }  // namespace
