@@ -3,7 +3,7 @@
 // --tokenizer DIR copies a real tokenizer (tokenizer.json + tokenizer_config.json, e.g.
 // tests/data/external/tokenizers/qwen3) in, so that the model has text and a GGUF form that
 // llama.cpp loads (hearth convert --to gguf); its ids must fit the preset's vocabulary.
-// Usage: make_random_model OUT_DIR --preset qwen3-0.6b|qwen3-1.7b|llama-3-8b|tiny [--dtype bf16]
+// Usage: make_random_model OUT_DIR --preset qwen3-0.6b|qwen3-1.7b|llama-3-8b|tiny|tiny-256 [--dtype bf16]
 //        [--tokenizer DIR]
 #include <algorithm>
 #include <atomic>
@@ -31,6 +31,8 @@ struct Shape {
 
 constexpr Shape kPresets[] = {
     {"tiny", "qwen3", 1000, 64, 160, 2, 4, 2, 16, false},
+    // The smallest shape whose every matrix row holds whole K-quant super-blocks (256 values).
+    {"tiny-256", "qwen3", 1000, 256, 512, 2, 4, 2, 64, false},
     {"qwen3-0.6b", "qwen3", 151936, 1024, 3072, 28, 16, 8, 128, true},
     {"qwen3-1.7b", "qwen3", 151936, 2048, 6144, 28, 16, 8, 128, true},
     {"llama-3-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 128, false},

@@ -11,7 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
+#include "base/mapped_file.h"
+#include "formats/gguf_model.h"
+#include "formats/safetensors.h"
 #include "gguf_fixture.h"
 #include "model_runs.h"
 #include "models/model.h"
@@ -110,6 +114,58 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCppGguf,
                                            Case{"qwen3", "f16"}, Case{"qwen3", "q8_0"}, Case{"qwen2_yarn", "f16"},
                                            Case{"qwen2_yarn", "q8_0"}),
                          [](const auto& info) { return info.param.fixture + "_" + info.param.type; });
+
+// The weights of a qwen-family GGUF file (no q/k row permutation) dequantized to f32 by the
+// scalar codec (ggml_reference_test.cpp holds it to ggml's own, bit for bit), written as the HF
+// checkpoint the file stands for: a reference that runs no quantized kernel.
+std::string dequantized_checkpoint(const std::string& gguf, const testing::TempDir& dir) {
+  const GgufCheckpoint ck = open_gguf_checkpoint(gguf);
+  write_file_atomic(dir.file("config.json"), ck.config.dump());
+  std::vector<SafetensorsWriter::Spec> specs;
+  std::vector<Tensor> tensors;
+  for (const GgufTensorInfo& t : ck.file->tensors()) {
+    tensors.push_back(ck.file->dequantize(t));
+    const Shape& shape = tensors.back().shape();
+    std::vector<int64_t> dims;
+    for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
+    specs.push_back({gguf_to_hf_name(t.name), DType::kF32, dims});
+  }
+  SafetensorsWriter w(dir.file("model.safetensors"), specs);
+  for (const Tensor& t : tensors) w.write(t);
+  w.finish();
+  return dir.path();
+}
+
+// A file quantized by llama.cpp's llama-quantize code (llama_model_quantize of the prebuilt
+// libllama, scripts/fixtures/llamacpp_quantize.py) to Q4_K_M: its own choice of Q4_K and Q6_K
+// tensors, written by its C++ GGUF writer, of a random qwen3 model with 256-wide rows
+// (make_random_model --preset tiny-256). On the K-quant kernels it gives the logits of its
+// weights dequantized to f32, within the bound of x rounded to int8 (docs/numerics.md).
+TEST(LlamaCppQuantized, Q4KMRunsAsItsDequantizedWeights) {
+  const std::string path = testing::data_path("gguf_llamacpp/tiny_256-q4_k_m.gguf");
+  auto file = GgufFile::open(path);
+  std::map<GgmlType, int> types;
+  for (const GgufTensorInfo& t : file->tensors()) ++types[t.type];
+  EXPECT_GT(types[GgmlType::kQ4_K], 0);
+  EXPECT_GT(types[GgmlType::kQ6_K], 1);  // output.weight, and llama.cpp's picks for attn_v / ffn_down
+  EXPECT_EQ(file->find("output.weight")->type, GgmlType::kQ6_K);
+
+  testing::TempDir tmp;
+  auto quantized = load_model(path);
+  auto reference = load_model(dequantized_checkpoint(path, tmp));
+  EXPECT_EQ(quantized->info().vocab_size, 1000);
+  std::vector<int32_t> tokens;
+  for (int32_t i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 997);
+  const Tensor want = prefill_logits(*reference, tokens), got = prefill_logits(*quantized, tokens);
+  const double kl = testing::mean_kl(want, got);
+  const float rel = testing::max_abs_diff(got, want) / testing::max_abs(want);
+  std::printf("tiny_256 Q4_K_M: mean KL %.3g, max |dlogit| / max |logit| %.3g\n", kl, rel);
+  EXPECT_GT(rel, 0.0f);  // the kernels round x to int8: not the reference's arithmetic
+  // Measured 4.3e-9 and 3.7e-4: a random model's logits are flat, so a wrongly decoded block
+  // (weights off by a whole step or scale) shows in the logits' size, not in the KL.
+  EXPECT_LE(kl, 1e-6);
+  EXPECT_LE(rel, 5e-3);
+}
 
 }  // namespace
 }  // namespace hearth
