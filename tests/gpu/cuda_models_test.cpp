@@ -160,6 +160,37 @@ TEST_P(CudaParity, QuantizedModelsMatchTheCpuReference) {
   }
 }
 
+// GGUF files written by llama.cpp itself (tests/data/gguf_llamacpp: its converter's F16 and Q8_0,
+// its quantizer's Q4_K_M mix of Q4_K and Q6_K) on the GPU: token by token and in one prefill,
+// within the quantized models' bounds of the same file on the CPU's scalar kernels.
+TEST(CudaGguf, LlamaCppFilesMatchTheCpuReference) {
+  if (device_count(DeviceType::kCuda) == 0) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int32_t> parity_tokens =
+      testing::read_ids(testing::data_path("parity/qwen3/reference.safetensors"), "tokens");
+  std::vector<int32_t> other_tokens;
+  for (int32_t i = 0; i < 40; ++i) other_tokens.push_back((i * 37 + 11) % 997);
+  for (const char* name : {"qwen3-q8_0", "llama_bias_linear-q8_0", "qwen2_yarn-f16", "tiny_256-q4_k_m"}) {
+    const std::string path = testing::data_path(std::string("gguf_llamacpp/") + name + ".gguf");
+    const std::vector<int32_t>& tokens = std::string(name).starts_with("tiny_256") ? other_tokens : parity_tokens;
+    Tensor on_cpu;
+    {
+      const KnobOverride isa("HEARTH_ISA", "scalar");
+      on_cpu = run_chunked(*load_model(path), Context{nullptr, kCpu}, tokens, 1 << 20, 16);
+    }
+    auto gpu = load_model(path, LoadOptions{.device = kGpu});
+    const Tensor stepped = run_chunked(*gpu, Context{nullptr, kGpu}, tokens, 1, 16);
+    const Tensor whole = run_chunked(*gpu, Context{nullptr, kGpu}, tokens, 1 << 20, 16);
+    const double stepped_kl = testing::mean_kl(on_cpu, stepped), kl = testing::mean_kl(on_cpu, whole);
+    const double rel = testing::max_abs_diff(whole, on_cpu) / testing::max_abs(on_cpu);
+    EXPECT_LE(stepped_kl, 2e-3) << name << ", token by token";
+    EXPECT_LE(kl, 1e-4) << name << ", one prefill";
+    EXPECT_LE(rel, 3e-2) << name << ", one prefill";
+    std::printf(
+        "%s on the GPU against the scalar CPU: token by token mean KL %.3g; one prefill mean KL %.3g, max rel %.3g\n",
+        name, stepped_kl, kl, rel);
+  }
+}
+
 // Every logit of a schedule of steps: three prompts prefilled, then decode steps of changing
 // sets of sequences (sizes 1 to 3, each size recorded once and replayed after), the next token
 // of each the argmax of its logits.
