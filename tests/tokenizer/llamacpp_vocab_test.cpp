@@ -2,8 +2,9 @@
 // written by its converter from the real HF tokenizers) and, beside each, the ids HF's tokenizer
 // gives for llama.cpp's tokenizer test texts (`.inp` texts separated by __ggml_vocab_test__
 // lines, `.out` one line of ids per text; encode without special tokens). A vocabulary whose
-// tokenizer model and pre-tokenizer Hearth implements must give those ids exactly; every other
-// one must be refused with an error that names what is not supported.
+// tokenizer model and pre-tokenizer Hearth implements must give those ids exactly, and decode
+// them back to the text; every other one must be refused with an error that names what is not
+// supported.
 // The files are fetched by scripts/fetch_llamacpp_data.sh (tests/data/external/llamacpp_vocab).
 #include <gtest/gtest.h>
 
@@ -61,7 +62,7 @@ std::vector<Case> read_cases(const std::string& name) {
 
 class LlamaCppVocab : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(LlamaCppVocab, EncodesAsTheHuggingFaceTokenizer) {
+TEST_P(LlamaCppVocab, EncodesAsHuggingFaceAndDecodesBack) {
   const std::string& name = GetParam();
   if (!have_vocab(name)) return;
   const Tokenizer tok = load_tokenizer(vocab_path(name));
@@ -70,6 +71,7 @@ TEST_P(LlamaCppVocab, EncodesAsTheHuggingFaceTokenizer) {
   for (const Case& c : cases) {
     const std::vector<int32_t> ids = tok.encode(c.text, false);
     EXPECT_EQ(ids, c.ids) << name << ": " << testing::show(c.text);
+    EXPECT_EQ(tok.decode(c.ids), c.text) << name << " decode: " << testing::show(c.text);
   }
 }
 
