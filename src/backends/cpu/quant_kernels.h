@@ -20,7 +20,8 @@ using AffineMatrix = hearth::AffineArgs;  // core/affine_args.h
 
 // x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias. 4- and 8-bit rows
 // have AVX-512 paths (decode: unpack in registers; prefill: dequantized tiles through the f32
-// matmul); other widths, and the scalar ISA, dequantize each row and take a plain dot.
+// matmul) and an AVX2 integer path; other widths, and the scalar ISA, dequantize each row and
+// take a plain dot.
 void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
                    float* y);
 
@@ -42,6 +43,14 @@ struct PanelPart {
   bool accumulate;
 };
 void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<const PanelPart> parts);
+
+// AVX2 without VNNI (quant_avx2.cpp): 4/8-bit matrices in the row layout, K a whole number of
+// 32-byte steps, groups of 32 to 128, as integer dots with x rounded to int8 per group as the
+// VNNI panels round it; kAvx2DecodeRows rows of x per pass over the matrix (prefill takes several
+// passes). Returns false, having done nothing, for any other matrix.
+constexpr int64_t kAvx2DecodeRows = 4;
+bool affine_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
+                        float* y);
 
 // Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
 void affine_rows(const AffineMatrix& w, const int32_t* ids, int64_t n_ids, float* out);

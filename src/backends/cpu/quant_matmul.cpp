@@ -186,6 +186,7 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
     panel_matmul(pool, x, T, w, bias, y);
     return;
   }
+  if (isa == Isa::kAvx2 && fast_bits && affine_matmul_avx2(pool, x, T, w, bias, y)) return;
   if (isa == Isa::kAvx512 && fast_bits && !w.panels && T <= kDecodeRows) {
     if (w.bits == 4) xq = permute_nibbles(x, T, w.K);
     xsum = group_sums(x, T, w.K, w.group_size);
