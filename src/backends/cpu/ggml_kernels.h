@@ -32,7 +32,8 @@ void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out);
 // x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias.
 // Scalar ISA: the reference (dequantize each row, plain dot). AVX2/AVX-512: decode (T <= 4)
 // dequantizes a row and takes a vector dot, except Q8_0 and Q4_0 on AVX-512, which unpack each
-// block in registers; prefill (T > 4) dequantizes tiles of rows through the f32 matmul.
+// block in registers, and the integer kernels below; prefill (T > 4) dequantizes tiles of rows
+// through the f32 matmul.
 void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
                  float* y);
 
@@ -40,6 +41,10 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
 // int8 per 256 elements, T <= 4.
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T);
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
+
+// Q6_K decode on AVX2 without VNNI (ggml_avx2.cpp): the file's blocks, T <= 4, x rounded to int8
+// per 256 elements as above. Returns false, having done nothing, for any other case.
+bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
 
 // Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
 void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out);

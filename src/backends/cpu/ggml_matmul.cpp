@@ -135,6 +135,7 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
     ggml_vnni_matmul(pool, x, T, w, bias, y);
     return;
   }
+  if (isa == Isa::kAvx2 && ggml_matmul_avx2(pool, x, T, w, bias, y)) return;
   std::function<void(int64_t, int64_t)> run;
   int64_t grain_rows = 16;
   if (isa == Isa::kScalar) {

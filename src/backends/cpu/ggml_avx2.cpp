@@ -1,0 +1,145 @@
+// Q6_K decode (T <= 4 rows of x, the file's block layout) on AVX2 without VNNI, as integer dots:
+// x rounded to int8 per 256 elements as the VNNI decode rounds it (ggml_vnni.cpp: xq =
+// rint(x / dx), dx = max|x| / 127), so a block's dot is
+//   d dx sum_s sc[s] sum_{k in s} (q_k - 32) xq_k,  s the 16 sub-blocks of 16 elements,
+// with the -32 taken out as -32 d dx sum_s sc[s] (sum of xq over s), from sums made with x.
+// Before this path, a Q6_K matrix on an AVX2 machine dequantized each row in scalar code before
+// a vector dot: a GGUF Q4_0 file's Q6_K LM head took most of its decode (bench/RESULTS.md, stop 48).
+//
+// Block (210 bytes): ql[128] | qh[64] | sc[16] (int8) | d (f16). In each half of 128 elements
+// (ql += 64, qh += 32, sc += 8), elements 32g + l (g = 0..3, l = 0..31) take their low four bits
+// from ql[32 (g & 1) + l] (the low nibble for g < 2, the high one after) and their top two from
+// bits 2g, 2g + 1 of qh[l]: one 32-byte load of each gives 32 codes (0..63) in element order.
+// vpmaddubsw (code x xq, pairs to s16: at most 2 * 63 * 127) and vpmaddwd by ones give 8 s32
+// lanes, 0-3 of sub-block 2g and 4-7 of 2g + 1, scaled by their sc in s32 (a block's sum is at
+// most 8 * 4 * 63 * 127 * 128 < 2^31) and by d dx in f32 once per block.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/ggml_kernels.h"
+#include "backends/cpu/parallel_rows.h"
+#include "backends/cpu/simd.h"
+#include "core/dtype.h"
+#include "core/ggml_blocks.h"
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kBlock = 256, kSub = 16;
+
+// x rounded per block of 256: q [T, K], dx [T, blocks], and the sums of q per sub-block of 16
+// [T, K / 16].
+struct BlockX {
+  int64_t K = 0, blocks = 0;
+  std::vector<int8_t> q;
+  std::vector<float> dx;
+  std::vector<int32_t> sub_sums;
+};
+
+BlockX round_blocks(const float* x, int64_t T, int64_t K) {
+  BlockX r;
+  r.K = K;
+  r.blocks = K / kBlock;
+  r.q.resize(static_cast<size_t>(T * K));
+  r.dx.resize(static_cast<size_t>(T * r.blocks));
+  r.sub_sums.resize(static_cast<size_t>(T * K / kSub));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b < r.blocks; ++b) {
+      const float* xb = x + t * K + b * kBlock;
+      float m = 0.0f;
+      for (int64_t k = 0; k < kBlock; ++k) m = std::max(m, std::fabs(xb[k]));
+      const float inv = m > 0 ? 127.0f / m : 0.0f;
+      r.dx[static_cast<size_t>(t * r.blocks + b)] = m / 127.0f;
+      for (int64_t s = 0; s < kBlock / kSub; ++s) {
+        int32_t sum = 0;
+        for (int64_t k = s * kSub; k < (s + 1) * kSub; ++k) {
+          // Round to nearest (even) after the same product as the VNNI path's.
+          const auto v = static_cast<int8_t>(std::lrint(xb[k] * inv));
+          r.q[static_cast<size_t>(t * K + b * kBlock + k)] = v;
+          sum += v;
+        }
+        r.sub_sums[static_cast<size_t>((t * K + b * kBlock) / kSub + s)] = sum;
+      }
+    }
+  }
+  return r;
+}
+
+HEARTH_AVX2 inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+template <int kT>
+HEARTH_AVX2 void q6k_rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  const int64_t K = w.K;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03), ones = _mm256_set1_epi16(1);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* blk = w.blocks + static_cast<size_t>(n) * w.row_bytes;
+    __m256 total[kT];
+    float extra[kT];
+    for (int t = 0; t < kT; ++t) {
+      total[t] = _mm256_setzero_ps();
+      extra[t] = bias != nullptr ? bias[n] : 0.0f;
+    }
+    for (int64_t b = 0; b < xr.blocks; ++b, blk += sizeof(BlockQ6_K)) {
+      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      uint16_t d_bits;
+      std::memcpy(&d_bits, blk + 208, 2);
+      const float d = f16_to_f32(d_bits);
+      __m256i acc[kT];
+      for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+        for (int g = 0; g < 4; ++g) {
+          const __m256i l = g % 2 == 0 ? l0 : l1;
+          const __m256i nib = g < 2 ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+          const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2 * g), two), 4);
+          const __m256i q = _mm256_or_si256(nib, top);
+          const int s = 8 * h + 2 * g;
+          const __m256i scale = _mm256_setr_m128i(_mm_set1_epi32(sc[s]), _mm_set1_epi32(sc[s + 1]));
+          const int64_t e = b * kBlock + 128 * h + 32 * g;
+          for (int t = 0; t < kT; ++t) {
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr.q.data() + t * K + e));
+            const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
+            acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(dot, scale));
+          }
+        }
+      }
+      for (int t = 0; t < kT; ++t) {
+        const float ddx = d * xr.dx[static_cast<size_t>(t * xr.blocks + b)];
+        total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(ddx), total[t]);
+        const int32_t* sums = xr.sub_sums.data() + (t * K + b * kBlock) / kSub;
+        int32_t offset = 0;
+        for (int s = 0; s < kBlock / kSub; ++s) offset += sc[s] * sums[s];
+        extra[t] -= 32.0f * ddx * static_cast<float>(offset);
+      }
+    }
+    for (int t = 0; t < kT; ++t) y[t * w.N + n] = hsum(total[t]) + extra[t];
+  }
+}
+
+}  // namespace
+
+bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y) {
+  if (w.type != GgmlType::kQ6_K || w.in_lanes() || T > 4 || w.K % kBlock != 0) return false;
+  const BlockX xr = round_blocks(x, T, w.K);
+  parallel_rows(pool, w.N, 16, [&](int64_t a, int64_t b) {
+    switch (T) {
+      case 1: q6k_rows<1>(xr, w, bias, y, a, b); break;
+      case 2: q6k_rows<2>(xr, w, bias, y, a, b); break;
+      case 3: q6k_rows<3>(xr, w, bias, y, a, b); break;
+      default: q6k_rows<4>(xr, w, bias, y, a, b); break;
+    }
+  });
+  return true;
+}
+
+}  // namespace hearth::cpu
