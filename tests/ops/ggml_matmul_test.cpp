@@ -130,11 +130,12 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
             cpu::ggml_matmul(isa, p, x.data(), T, w, b, got.data());
             float worst = 0;
             size_t where = 0;
-            // The VNNI Q4_K/Q6_K decode and the AVX2 Q6_K decode (of blocks) round x to int8 per
-            // 256 elements (step max|x| / 127): each product may move by |w| * step / 2.
-            const bool int8_x = T <= 4 && ((isa == Isa::kAvx512 && cpu::has_avx512_vnni() &&
-                                            (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K)) ||
-                                           (isa == Isa::kAvx2 && type == GgmlType::kQ6_K && !w.in_lanes()));
+            // The Q4_K/Q6_K decode, VNNI or AVX2 (of blocks), rounds x to int8 per 256 elements
+            // (step max|x| / 127): each product may move by |w| * step / 2.
+            const bool k_quant = type == GgmlType::kQ6_K || type == GgmlType::kQ4_K;
+            const bool int8_x =
+                T <= 4 && k_quant &&
+                ((isa == Isa::kAvx512 && cpu::has_avx512_vnni()) || (isa == Isa::kAvx2 && !w.in_lanes()));
             for (size_t i = 0; i < got.size(); ++i) {
               const double rounding = int8_x ? int8_rounding(x.data(), dense.data(), static_cast<int64_t>(i) / N,
                                                              static_cast<int64_t>(i) % N, K, 256)
@@ -171,9 +172,10 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
       Tensor want = Tensor::empty({rows, N}, DType::kF32), got = Tensor::empty({rows, N}, DType::kF32);
       ops::matmul(ctx, xs, dense, Tensor(), want);
       ops::quantized_matmul(ctx, xs, q, Tensor(), got);
-      const bool int8_x = (cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() &&
-                           (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K)) ||
-                          (cpu::active_isa() == Isa::kAvx2 && type == GgmlType::kQ6_K && rows <= 4);
+      const bool int8_x =
+          (cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() &&
+           (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K)) ||
+          (cpu::active_isa() == Isa::kAvx2 && (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) && rows <= 4);
       for (int64_t t = 0; t < rows; ++t) {
         for (int64_t n = 0; n < N; ++n) {
           const double rounding = int8_x ? int8_rounding(xv.data(), dense.data<float>(), t, n, K, 256) : 0.0;
@@ -223,9 +225,9 @@ TEST(GgmlMatmul, LanesHoldTheBlocksValues) {
       ops::quantized_matmul(ctx, x.slice_rows(0, rows), q, Tensor(), a);
       ops::quantized_matmul(ctx, x.slice_rows(0, rows), lanes, Tensor(), b);
       // With VNNI both round x to int8 per block alike and sum the same integers in another
-      // order. On AVX2 only the blocks of Q6_K take an integer kernel (lanes are never loaded
-      // there): the blocks' x rounding is the whole difference.
-      const bool one_rounds = cpu::active_isa() == Isa::kAvx2 && type == GgmlType::kQ6_K;
+      // order. On AVX2 only the blocks take an integer kernel (lanes are never loaded there):
+      // the blocks' x rounding is the whole difference.
+      const bool one_rounds = cpu::active_isa() == Isa::kAvx2;
       const Tensor dense = dequantize(q);
       for (int64_t i = 0; i < rows * N; ++i) {
         const double rounding = one_rounds ? int8_rounding(xv.data(), dense.data<float>(), i / N, i % N, K, 256) : 0.0;

@@ -1,9 +1,9 @@
-// Q6_K decode (T <= 4 rows of x, the file's block layout) on AVX2 without VNNI, as integer dots:
-// x rounded to int8 per 256 elements as the VNNI decode rounds it (ggml_vnni.cpp: xq =
-// rint(x / dx), dx = max|x| / 127), so a block's dot is
+// Q6_K and Q4_K decode (T <= 4 rows of x, the file's block layout) on AVX2 without VNNI, as
+// integer dots: x rounded to int8 per 256 elements as the VNNI decode rounds it (ggml_vnni.cpp:
+// xq = rint(x / dx), dx = max|x| / 127). For Q6_K a block's dot is
 //   d dx sum_s sc[s] sum_{k in s} (q_k - 32) xq_k,  s the 16 sub-blocks of 16 elements,
 // with the -32 taken out as -32 d dx sum_s sc[s] (sum of xq over s), from sums made with x.
-// Before this path, a Q6_K matrix on an AVX2 machine dequantized each row in scalar code before
+// Before this path, these matrices on an AVX2 machine dequantized each row in scalar code before
 // a vector dot: a GGUF Q4_0 file's Q6_K LM head took most of its decode (bench/RESULTS.md, stop 48).
 //
 // Block (210 bytes): ql[128] | qh[64] | sc[16] (int8) | d (f16). In each half of 128 elements
@@ -126,16 +126,73 @@ HEARTH_AVX2 void q6k_rows(const BlockX& xr, const GgmlMatrix& w, const float* bi
   }
 }
 
+// Q4_K (144 bytes: d | dmin | 12 bytes of 6-bit scales and mins | qs[128]): each 64 elements
+// are 32 bytes of qs, low nibbles sub-block 2c and high nibbles 2c + 1 (32 elements each), so a
+// step's 8 s32 lanes are one sub-block's; value = d sc q - dmin m, so a block's dot is
+//   d dx sum_j sc_j sum_{k in j} q_k xq_k - dmin dx sum_j m_j (sum of xq over j).
+template <int kT>
+HEARTH_AVX2 void q4k_rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  const int64_t K = w.K;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* blk = w.blocks + static_cast<size_t>(n) * w.row_bytes;
+    __m256 total[kT];
+    float extra[kT];
+    for (int t = 0; t < kT; ++t) {
+      total[t] = _mm256_setzero_ps();
+      extra[t] = bias != nullptr ? bias[n] : 0.0f;
+    }
+    for (int64_t b = 0; b < xr.blocks; ++b, blk += sizeof(BlockQ4_K)) {
+      uint16_t bits[2];
+      std::memcpy(bits, blk, 4);
+      const float d = f16_to_f32(bits[0]), dmin = f16_to_f32(bits[1]);
+      uint8_t sc[8], mn[8];
+      for (int j = 0; j < 8; ++j) q4_k_scale_min(j, blk + 4, &sc[j], &mn[j]);
+      __m256i acc[kT];
+      for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        const __m256i s_lo = _mm256_set1_epi32(sc[2 * c]), s_hi = _mm256_set1_epi32(sc[2 * c + 1]);
+        const int64_t e = b * kBlock + 64 * c;
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* xq = xr.q.data() + t * K + e;
+          const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+          const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+          const __m256i d_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), ones);
+          const __m256i d_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones);
+          acc[t] = _mm256_add_epi32(acc[t],
+                                    _mm256_add_epi32(_mm256_mullo_epi32(d_lo, s_lo), _mm256_mullo_epi32(d_hi, s_hi)));
+        }
+      }
+      for (int t = 0; t < kT; ++t) {
+        const float dx = xr.dx[static_cast<size_t>(t * xr.blocks + b)];
+        total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(d * dx), total[t]);
+        const int32_t* sums = xr.sub_sums.data() + (t * K + b * kBlock) / kSub;  // per 16: two a sub-block
+        int32_t offset = 0;
+        for (int j = 0; j < 8; ++j) offset += mn[j] * (sums[2 * j] + sums[2 * j + 1]);
+        extra[t] -= dmin * dx * static_cast<float>(offset);
+      }
+    }
+    for (int t = 0; t < kT; ++t) y[t * w.N + n] = hsum(total[t]) + extra[t];
+  }
+}
+
 }  // namespace
 
 bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y) {
-  if (w.type != GgmlType::kQ6_K || w.in_lanes() || T > 4 || w.K % kBlock != 0) return false;
+  const bool q6k = w.type == GgmlType::kQ6_K, q4k = w.type == GgmlType::kQ4_K;
+  if (!(q6k || q4k) || w.in_lanes() || T > 4 || w.K % kBlock != 0) return false;
   const BlockX xr = round_blocks(x, T, w.K);
   parallel_rows(pool, w.N, 16, [&](int64_t a, int64_t b) {
-    switch (T) {
-      case 1: q6k_rows<1>(xr, w, bias, y, a, b); break;
-      case 2: q6k_rows<2>(xr, w, bias, y, a, b); break;
-      case 3: q6k_rows<3>(xr, w, bias, y, a, b); break;
+    switch (T * 2 + (q6k ? 1 : 0)) {
+      case 2: q4k_rows<1>(xr, w, bias, y, a, b); break;
+      case 4: q4k_rows<2>(xr, w, bias, y, a, b); break;
+      case 6: q4k_rows<3>(xr, w, bias, y, a, b); break;
+      case 8: q4k_rows<4>(xr, w, bias, y, a, b); break;
+      case 3: q6k_rows<1>(xr, w, bias, y, a, b); break;
+      case 5: q6k_rows<2>(xr, w, bias, y, a, b); break;
+      case 7: q6k_rows<3>(xr, w, bias, y, a, b); break;
       default: q6k_rows<4>(xr, w, bias, y, a, b); break;
     }
   });
