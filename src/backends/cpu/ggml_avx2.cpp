@@ -69,71 +69,85 @@ BlockX round_blocks(const float* x, int64_t T, int64_t K) {
   return r;
 }
 
-HEARTH_AVX2 inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
-
+// One Q6_K block against kT rows of x (xq: each row's 256 values, sums: its sums per 16): the
+// sub-blocks' s32 sums, scaled by their sc, into acc; the block's d; and per row the term to take
+// off in units of dx (32 d sum_s sc_s sum of xq over s). Forced inline, as q4k_block: as calls
+// the per-row arrays went through memory, ~10% of a Q4_K_M decode.
 template <int kT>
-HEARTH_AVX2 void q6k_rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  const int64_t K = w.K;
+HEARTH_AVX2 __attribute__((always_inline)) inline float q6k_block(const uint8_t* blk, const int8_t* const* xq,
+                                                                  const int32_t* const* sums, __m256i* acc,
+                                                                  float* offset) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03), ones = _mm256_set1_epi16(1);
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* blk = w.blocks + static_cast<size_t>(n) * w.row_bytes;
-    __m256 total[kT];
-    float extra[kT];
-    for (int t = 0; t < kT; ++t) {
-      total[t] = _mm256_setzero_ps();
-      extra[t] = bias != nullptr ? bias[n] : 0.0f;
-    }
-    for (int64_t b = 0; b < xr.blocks; ++b, blk += sizeof(BlockQ6_K)) {
-      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-      uint16_t d_bits;
-      std::memcpy(&d_bits, blk + 208, 2);
-      const float d = f16_to_f32(d_bits);
-      __m256i acc[kT];
-      for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-        for (int g = 0; g < 4; ++g) {
-          const __m256i l = g % 2 == 0 ? l0 : l1;
-          const __m256i nib = g < 2 ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
-          const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2 * g), two), 4);
-          const __m256i q = _mm256_or_si256(nib, top);
-          const int s = 8 * h + 2 * g;
-          const __m256i scale = _mm256_setr_m128i(_mm_set1_epi32(sc[s]), _mm_set1_epi32(sc[s + 1]));
-          const int64_t e = b * kBlock + 128 * h + 32 * g;
-          for (int t = 0; t < kT; ++t) {
-            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr.q.data() + t * K + e));
-            const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-            acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(dot, scale));
-          }
-        }
-      }
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  uint16_t d_bits;
+  std::memcpy(&d_bits, blk + 208, 2);
+  const float d = f16_to_f32(d_bits);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    for (int g = 0; g < 4; ++g) {
+      const __m256i l = g % 2 == 0 ? l0 : l1;
+      const __m256i nib = g < 2 ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+      const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2 * g), two), 4);
+      const __m256i q = _mm256_or_si256(nib, top);
+      const int s = 8 * h + 2 * g;
+      const __m256i scale = _mm256_setr_m128i(_mm_set1_epi32(sc[s]), _mm_set1_epi32(sc[s + 1]));
       for (int t = 0; t < kT; ++t) {
-        const float ddx = d * xr.dx[static_cast<size_t>(t * xr.blocks + b)];
-        total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(ddx), total[t]);
-        const int32_t* sums = xr.sub_sums.data() + (t * K + b * kBlock) / kSub;
-        int32_t offset = 0;
-        for (int s = 0; s < kBlock / kSub; ++s) offset += sc[s] * sums[s];
-        extra[t] -= 32.0f * ddx * static_cast<float>(offset);
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 128 * h + 32 * g));
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(dot, scale));
       }
     }
-    for (int t = 0; t < kT; ++t) y[t * w.N + n] = hsum(total[t]) + extra[t];
   }
+  for (int t = 0; t < kT; ++t) {
+    int32_t sum = 0;
+    for (int s = 0; s < kBlock / kSub; ++s) sum += sc[s] * sums[t][s];
+    offset[t] = 32.0f * d * static_cast<float>(sum);
+  }
+  return d;
 }
 
-// Q4_K (144 bytes: d | dmin | 12 bytes of 6-bit scales and mins | qs[128]): each 64 elements
+// The same for a Q4_K block (144 bytes: d | dmin | 12 bytes of 6-bit scales and mins | qs[128]): each 64 elements
 // are 32 bytes of qs, low nibbles sub-block 2c and high nibbles 2c + 1 (32 elements each), so a
 // step's 8 s32 lanes are one sub-block's; value = d sc q - dmin m, so a block's dot is
 //   d dx sum_j sc_j sum_{k in j} q_k xq_k - dmin dx sum_j m_j (sum of xq over j).
 template <int kT>
-HEARTH_AVX2 void q4k_rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  const int64_t K = w.K;
+HEARTH_AVX2 __attribute__((always_inline)) inline float q4k_block(const uint8_t* blk, const int8_t* const* xq,
+                                                                  const int32_t* const* sums, __m256i* acc,
+                                                                  float* offset) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  uint16_t bits[2];
+  std::memcpy(bits, blk, 4);
+  const float d = f16_to_f32(bits[0]), dmin = f16_to_f32(bits[1]);
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) q4_k_scale_min(j, blk + 4, &sc[j], &mn[j]);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    const __m256i s_lo = _mm256_set1_epi32(sc[2 * c]), s_hi = _mm256_set1_epi32(sc[2 * c + 1]);
+    for (int t = 0; t < kT; ++t) {
+      const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 64 * c));
+      const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 64 * c + 32));
+      const __m256i d_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), ones);
+      const __m256i d_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones);
+      acc[t] =
+          _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_mullo_epi32(d_lo, s_lo), _mm256_mullo_epi32(d_hi, s_hi)));
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    int32_t sum = 0;
+    for (int j = 0; j < 8; ++j) sum += mn[j] * (sums[t][2 * j] + sums[t][2 * j + 1]);  // per 16: two a sub-block
+    offset[t] = dmin * static_cast<float>(sum);
+  }
+  return d;
+}
+
+// Rows [n0, n1) of y = x w^T + bias for kT rows of x, block by block: the block's s32 sums times
+// d dx in f32, less its offset times dx.
+template <GgmlType kType, int kT>
+HEARTH_AVX2 void rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  constexpr size_t kBlockBytes = kType == GgmlType::kQ6_K ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* blk = w.blocks + static_cast<size_t>(n) * w.row_bytes;
     __m256 total[kT];
@@ -142,39 +156,39 @@ HEARTH_AVX2 void q4k_rows(const BlockX& xr, const GgmlMatrix& w, const float* bi
       total[t] = _mm256_setzero_ps();
       extra[t] = bias != nullptr ? bias[n] : 0.0f;
     }
-    for (int64_t b = 0; b < xr.blocks; ++b, blk += sizeof(BlockQ4_K)) {
-      uint16_t bits[2];
-      std::memcpy(bits, blk, 4);
-      const float d = f16_to_f32(bits[0]), dmin = f16_to_f32(bits[1]);
-      uint8_t sc[8], mn[8];
-      for (int j = 0; j < 8; ++j) q4_k_scale_min(j, blk + 4, &sc[j], &mn[j]);
+    for (int64_t b = 0; b < xr.blocks; ++b, blk += kBlockBytes) {
+      const int8_t* xq[kT];
+      const int32_t* sums[kT];
       __m256i acc[kT];
-      for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        const __m256i s_lo = _mm256_set1_epi32(sc[2 * c]), s_hi = _mm256_set1_epi32(sc[2 * c + 1]);
-        const int64_t e = b * kBlock + 64 * c;
-        for (int t = 0; t < kT; ++t) {
-          const int8_t* xq = xr.q.data() + t * K + e;
-          const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-          const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
-          const __m256i d_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), ones);
-          const __m256i d_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones);
-          acc[t] = _mm256_add_epi32(acc[t],
-                                    _mm256_add_epi32(_mm256_mullo_epi32(d_lo, s_lo), _mm256_mullo_epi32(d_hi, s_hi)));
-        }
+      float offset[kT];
+      for (int t = 0; t < kT; ++t) {
+        xq[t] = xr.q.data() + t * w.K + b * kBlock;
+        sums[t] = xr.sub_sums.data() + (t * w.K + b * kBlock) / kSub;
+        acc[t] = _mm256_setzero_si256();
+      }
+      float d;
+      if constexpr (kType == GgmlType::kQ6_K) {
+        d = q6k_block<kT>(blk, xq, sums, acc, offset);
+      } else {
+        d = q4k_block<kT>(blk, xq, sums, acc, offset);
       }
       for (int t = 0; t < kT; ++t) {
         const float dx = xr.dx[static_cast<size_t>(t * xr.blocks + b)];
         total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(d * dx), total[t]);
-        const int32_t* sums = xr.sub_sums.data() + (t * K + b * kBlock) / kSub;  // per 16: two a sub-block
-        int32_t offset = 0;
-        for (int j = 0; j < 8; ++j) offset += mn[j] * (sums[2 * j] + sums[2 * j + 1]);
-        extra[t] -= dmin * dx * static_cast<float>(offset);
+        extra[t] -= dx * offset[t];
       }
     }
-    for (int t = 0; t < kT; ++t) y[t * w.N + n] = hsum(total[t]) + extra[t];
+    for (int t = 0; t < kT; ++t) y[t * w.N + n] = simd::hsum8(total[t]) + extra[t];
+  }
+}
+
+template <GgmlType kType>
+void rows_for(int64_t T, const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+  switch (T) {
+    case 1: rows<kType, 1>(xr, w, bias, y, n0, n1); break;
+    case 2: rows<kType, 2>(xr, w, bias, y, n0, n1); break;
+    case 3: rows<kType, 3>(xr, w, bias, y, n0, n1); break;
+    default: rows<kType, 4>(xr, w, bias, y, n0, n1); break;
   }
 }
 
@@ -185,15 +199,10 @@ bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMat
   if (!(q6k || q4k) || w.in_lanes() || T > 4 || w.K % kBlock != 0) return false;
   const BlockX xr = round_blocks(x, T, w.K);
   parallel_rows(pool, w.N, 16, [&](int64_t a, int64_t b) {
-    switch (T * 2 + (q6k ? 1 : 0)) {
-      case 2: q4k_rows<1>(xr, w, bias, y, a, b); break;
-      case 4: q4k_rows<2>(xr, w, bias, y, a, b); break;
-      case 6: q4k_rows<3>(xr, w, bias, y, a, b); break;
-      case 8: q4k_rows<4>(xr, w, bias, y, a, b); break;
-      case 3: q6k_rows<1>(xr, w, bias, y, a, b); break;
-      case 5: q6k_rows<2>(xr, w, bias, y, a, b); break;
-      case 7: q6k_rows<3>(xr, w, bias, y, a, b); break;
-      default: q6k_rows<4>(xr, w, bias, y, a, b); break;
+    if (q6k) {
+      rows_for<GgmlType::kQ6_K>(T, xr, w, bias, y, a, b);
+    } else {
+      rows_for<GgmlType::kQ4_K>(T, xr, w, bias, y, a, b);
     }
   });
   return true;

@@ -80,19 +80,9 @@ HEARTH_AVX2 void params_f32(const void* p, DType t, int64_t at, int64_t n, float
   }
   const uint16_t* h = static_cast<const uint16_t*>(p) + at;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i));
-    const __m256 f =
-        t == DType::kBF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)) : _mm256_cvtph_ps(v);
-    _mm256_storeu_ps(out + i, f);
-  }
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, t == DType::kBF16 ? simd::load8_bf16(h + i) : simd::load8_f16(h + i));
   for (; i < n; ++i) out[i] = t == DType::kBF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
-}
-
-HEARTH_AVX2 inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
 // The s32 dot lanes of one 32-byte step of codes against x row t's int8 values at xq.
@@ -164,7 +154,7 @@ HEARTH_AVX2 void rows(const RoundedX& xr, const AffineMatrix& w, const float* bi
       float extra = bias != nullptr ? bias[n] : 0.0f;
       const float* xsum = xr.xsum.data() + t * groups;
       for (int64_t g = 0; g < groups; ++g) extra += b[g] * xsum[g];
-      y[t * w.N + n] = hsum(total[t]) + extra;
+      y[t * w.N + n] = simd::hsum8(total[t]) + extra;
     }
   }
 }
