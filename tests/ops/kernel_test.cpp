@@ -207,7 +207,8 @@ std::vector<MatmulShape> matmul_shapes() {
                                      {1, 33, 63},   {7, 65, 17},   {4, 100, 31},  {1, 257, 65}, {3, 1000, 7},
                                      {17, 257, 65}, {33, 64, 100}, {9, 128, 257},  // these three split over threads
                                      {1, 1024, 37}, {2, 96, 8},    {4, 67, 9},     // T <= 4: weight rows one at a time
-                                     {5, 96, 8},    {6, 1024, 13}};  // T > 4 and K % 32 == 0: the bf16 unpack path
+                                     {5, 96, 8},    {6, 1024, 13},   // T > 4 and K % 32 == 0: the bf16 unpack path
+                                     {37, 300, 70}, {8, 2048, 33}};  // AVX512-BF16: tiles, panels and K tails
   std::mt19937 rng(3);
   std::uniform_int_distribution<size_t> pick(0, std::size(kSizes) - 1);
   for (int i = 0; i < 8; ++i) {
@@ -239,13 +240,28 @@ TEST(ops_kernel, Matmul) {
           }
         }
         expect_close(ref, exact, dot_atol(s.K), kRtol, shape + " scalar vs double");
+        // The AVX512-BF16 prefill path rounds x to bf16 first: its reference is the exact
+        // result for that rounded x, to the same bound (products are exact, sums f32).
+        std::vector<float> x_bf16(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = bf16_to_f32(f32_to_bf16(x[i]));
+        std::vector<double> exact_bf16_x(ref.size());
+        for (int64_t t = 0; t < s.T; ++t) {
+          for (int64_t n = 0; n < s.N; ++n) {
+            exact_bf16_x[size_t(t * s.N + n)] =
+                dot_ref(x_bf16.data() + t * s.K, w.values.data() + n * s.K, s.K) + (b ? double(b[n]) : 0.0);
+          }
+        }
         for (Isa isa : all_isas()) {
           std::vector<float> first;
           for (ThreadPool* pool : pools()) {
             std::vector<float> got(size_t(s.T * s.N), std::numeric_limits<float>::quiet_NaN());
             cpu::matmul(isa, pool, x.data(), s.T, s.K, w.data(), wt, s.N, b, got.data());
             const std::string what = shape + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool);
-            expect_close(got, ref, dot_atol(s.K), kRtol, what);
+            if (cpu::matmul_rounds_x_to_bf16(isa, wt, s.T)) {
+              expect_close(got, exact_bf16_x, dot_atol(s.K), kRtol, what + " (x rounded to bf16)");
+            } else {
+              expect_close(got, ref, dot_atol(s.K), kRtol, what);
+            }
             // Splitting over threads must not change a single bit.
             if (first.empty()) {
               first = got;
@@ -254,6 +270,29 @@ TEST(ops_kernel, Matmul) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// x = 1 + 2^-10 lies between two bf16 values: the bf16 prefill path sees 1, every other path
+// the exact value. So this shows which path ran, where the CPU has it.
+TEST(ops_kernel, MatmulRoundsXToBf16OnlyOnTheBf16PrefillPath) {
+  const float x_val = 1.0f + 0x1p-10f;
+  const uint16_t one = f32_to_bf16(1.0f);
+  for (Isa isa : all_isas()) {
+    for (DType wt : kFloatTypes) {
+      for (int64_t T : {1, 4, 5, 9}) {
+        const std::vector<float> x(static_cast<size_t>(T), x_val);
+        const std::vector<uint16_t> w16 = {wt == DType::kF16 ? f32_to_f16(1.0f) : one};
+        const float w32 = 1.0f;
+        const void* w = wt == DType::kF32 ? static_cast<const void*>(&w32) : w16.data();
+        std::vector<float> y(static_cast<size_t>(T));
+        cpu::matmul(isa, nullptr, x.data(), T, 1, w, wt, 1, nullptr, y.data());
+        const bool rounds = cpu::matmul_rounds_x_to_bf16(isa, wt, T);
+        EXPECT_EQ(rounds, isa == Isa::kAvx512 && wt == DType::kBF16 && T > 4 && cpu::has_avx512_bf16());
+        for (float v : y)
+          EXPECT_EQ(v, rounds ? 1.0f : x_val) << cpu::isa_name(isa) << " " << dtype_name(wt) << " T=" << T;
       }
     }
   }

@@ -63,6 +63,11 @@ bool has_avx512_vnni() {
   return yes;
 }
 
+bool has_avx512_bf16() {
+  static const bool yes = isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
 bool has_avx512_vbmi() {
   static const bool yes = has_avx512_vnni() && __builtin_cpu_supports("avx512vbmi");
   return yes;

@@ -17,7 +17,9 @@ Isa active_isa();
 // AVX-512 VNNI (vpdpbusd: u8 x s8 dot products), used by the quantized decode kernels when
 // the active ISA is AVX-512.
 bool has_avx512_vnni();
-// That and AVX-512 VBMI (vpermb, vpmultishiftqb byte shuffles), for the Q6_K lanes decode.
+// AVX512-BF16 (vdpbf16ps: bf16 pair dot products), for dense bf16 prefill.
+bool has_avx512_bf16();
+// AVX-512 VNNI and AVX-512 VBMI (vpermb, vpmultishiftqb byte shuffles), for the Q6_K lanes decode.
 bool has_avx512_vbmi();
 
 }  // namespace hearth::cpu

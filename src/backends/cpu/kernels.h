@@ -22,6 +22,13 @@ void convert_row(Isa isa, const void* src, DType src_type, int64_t n, float* dst
 // x: [T, K] f32, w: [N, K] (w_type), bias: [N] f32 or null -> y: [T, N] f32.
 void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y);
+// Whether matmul rounds x to bf16 for these arguments: bf16 weights, more than 4 rows of x, on
+// AVX-512 with AVX512-BF16 (matmul_bf16_dots). Everything else keeps x in f32.
+bool matmul_rounds_x_to_bf16(Isa isa, DType w_type, int64_t T);
+// matmul's bf16 prefill path: x rounded to bf16 (nearest even), vdpbf16ps, f32 sums. Needs
+// has_avx512_bf16().
+void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, const uint16_t* w, int64_t N,
+                      const float* bias, float* y);
 
 // x: [rows, d] -> y: [rows, d]; y = x * rsqrt(mean(x^2) + eps) * w. y may equal x.
 void rms_norm(Isa isa, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y);

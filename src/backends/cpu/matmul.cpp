@@ -185,8 +185,16 @@ void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_
 
 }  // namespace
 
+bool matmul_rounds_x_to_bf16(Isa isa, DType w_type, int64_t T) {
+  return isa == Isa::kAvx512 && w_type == DType::kBF16 && T > kStreamRows && has_avx512_bf16();
+}
+
 void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y) {
+  if (matmul_rounds_x_to_bf16(isa, w_type, T)) {
+    matmul_bf16_dots(pool, x, T, K, static_cast<const uint16_t*>(w), N, bias, y);
+    return;
+  }
   std::vector<float> x_perm;
   if (isa == Isa::kAvx512 && w_type == DType::kBF16 && K % 32 == 0 && T > kStreamRows) {
     x_perm.resize(static_cast<size_t>(T * K));
