@@ -56,7 +56,7 @@ void write_config(const fs::path& src, const fs::path& dst, const QuantSpec& spe
 int convert_to_gguf(const std::string& src, const std::string& type_name, const std::string& out) {
   const std::optional<GgmlType> type = gguf_export_type(type_name);
   if (!type) {
-    throw Unsupported("convert: --type '" + type_name + "' is not implemented (f16, q8_0, q4_0, f32 are)");
+    throw Unsupported("convert: --type '" + type_name + "' is not implemented (f16, bf16, q8_0, q4_0, f32 are)");
   }
   if (out.empty()) throw InputError("convert: --out FILE.gguf is required with --to gguf");
   if (fs::exists(out) && !(fs::is_regular_file(out) && fs::is_empty(out))) {
@@ -84,7 +84,7 @@ int run_convert(const std::vector<std::string>& raw_args) {
   int64_t bits = 4, group_size = 64;
   Flags f("convert",
           "SRC -q [--q-bits 4] [--q-group-size 64] --mlx-path OUT\n"
-          "       hearth convert SRC --to gguf --type f16|q8_0|q4_0 --out FILE.gguf",
+          "       hearth convert SRC --to gguf --type f16|bf16|q8_0|q4_0 --out FILE.gguf",
           "Converts a Hugging Face checkpoint (config.json + f32/bf16/f16 safetensors) tensor by tensor\n"
           "into MLX affine-quantized form (docs/quantization.md), or with --to gguf into a GGUF file\n"
           "that llama.cpp loads (docs/gguf.md: llama/mistral/qwen2/qwen3, byte-level BPE tokenizers;\n"
@@ -96,7 +96,7 @@ int run_convert(const std::vector<std::string>& raw_args) {
   f.add("q-group-size", "Weights per scale/bias group: 32, 64 or 128 (default 64).", &group_size);
   f.add("mlx-path", "Output directory.", &mlx_path);
   f.add("to", "Output format: mlx (default, with -q) or gguf.", &to);
-  f.add("type", "With --to gguf: f16 (default), q8_0 or q4_0 for the weight matrices (f32 too).", &type);
+  f.add("type", "With --to gguf: f16 (default), bf16, q8_0 or q4_0 for the weight matrices (f32 too).", &type);
   f.add("out", "With --to gguf: the output file.", &out);
   if (!f.parse(args)) return 0;
   if (src.empty()) throw InputError("convert: the source model directory is required (see hearth convert --help)");

@@ -31,6 +31,7 @@ uint32_t file_type_of(GgmlType t) {
     case GgmlType::kF32: return 0;
     case GgmlType::kF16: return 1;
     case GgmlType::kQ4_0: return 2;
+    case GgmlType::kBF16: return 32;
     default: return 7;  // Q8_0
   }
 }
@@ -136,6 +137,12 @@ void encode_row(const float* x, GgmlType type, int64_t n, uint8_t* dst) {
     case GgmlType::kF16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = f32_to_f16(x[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      break;
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_bf16(x[i]);
         std::memcpy(dst + 2 * i, &h, 2);
       }
       break;
@@ -268,6 +275,7 @@ void hyperparameters(const Config& c, const std::string& arch, GgufKeyValues& kv
 std::optional<GgmlType> gguf_export_type(const std::string& name) {
   if (name == "f32") return GgmlType::kF32;
   if (name == "f16") return GgmlType::kF16;
+  if (name == "bf16") return GgmlType::kBF16;
   if (name == "q8_0") return GgmlType::kQ8_0;
   if (name == "q4_0") return GgmlType::kQ4_0;
   return std::nullopt;
@@ -487,10 +495,10 @@ GgufKeyValues gguf_tokenizer_metadata(const std::string& dir, int64_t vocab_size
 }
 
 GgufExportPlan plan_gguf_export(const std::string& model_dir, const GgufExportOptions& options) {
-  if (options.type != GgmlType::kF32 && options.type != GgmlType::kF16 && options.type != GgmlType::kQ8_0 &&
-      options.type != GgmlType::kQ4_0) {
+  if (options.type != GgmlType::kF32 && options.type != GgmlType::kF16 && options.type != GgmlType::kBF16 &&
+      options.type != GgmlType::kQ8_0 && options.type != GgmlType::kQ4_0) {
     throw Unsupported("GGUF export: type " + std::string(ggml_type_name(options.type)) +
-                      " is not implemented (f32, f16, q8_0, q4_0 are)");
+                      " is not implemented (f32, f16, bf16, q8_0, q4_0 are)");
   }
   const std::string config_path = model_dir + "/config.json";
   if (!std::filesystem::exists(config_path)) throw FileError(model_dir, "not a model directory (no config.json)");
@@ -545,7 +553,7 @@ GgufExportPlan plan_gguf_export(const std::string& model_dir, const GgufExportOp
       // convert_hf_to_gguf: matrices in the file type, F16 where rows do not fit its blocks.
       // llama-quantize: the output matrix (the embedding when tied) Q6_K under Q4_0, Q8_0
       // where rows are not a multiple of 256.
-      e.type = cols % 32 == 0 ? options.type : GgmlType::kF16;
+      e.type = cols % 32 == 0 || options.type == GgmlType::kBF16 ? options.type : GgmlType::kF16;
       const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
       if (output && options.type == GgmlType::kQ4_0) e.type = cols % 256 == 0 ? GgmlType::kQ6_K : GgmlType::kQ8_0;
     }

@@ -77,15 +77,17 @@ TEST_P(ConvertGguf, RoundTripsThroughTheLoader) {
   const double kl = testing::mean_kl(ref, got);
   std::printf("%s %s: mean KL %.3g\n", c.fixture.c_str(), c.type.c_str(), kl);
   EXPECT_LE(kl, c.max_mean_kl);
-  if (c.type == "f16") {  // exactly the f16 checkpoint's weights
-    auto f16_model = load_model(fixture, LoadOptions{.weight_dtype = DType::kF16});
-    EXPECT_LE(testing::max_abs_diff(got, testing::prefill_logits(*f16_model, tokens)), 1e-5f * testing::max_abs(ref));
+  if (c.type == "f16" || c.type == "bf16") {  // exactly the f16 / bf16 checkpoint's weights
+    auto half_model =
+        load_model(fixture, LoadOptions{.weight_dtype = c.type == "f16" ? DType::kF16 : DType::kBF16});
+    EXPECT_LE(testing::max_abs_diff(got, testing::prefill_logits(*half_model, tokens)), 1e-5f * testing::max_abs(ref));
   }
 }
 
 // llama_bias_linear: the llama architecture (permuted q/k with biases) and an untied output.
 INSTANTIATE_TEST_SUITE_P(Types, ConvertGguf,
                          ::testing::Values(Case{"llama_bias_linear", "f16", GgmlType::kF16, GgmlType::kF16, 5e-6},
+                                           Case{"llama_bias_linear", "bf16", GgmlType::kBF16, GgmlType::kBF16, 2e-4},
                                            Case{"llama_bias_linear", "q8_0", GgmlType::kQ8_0, GgmlType::kQ8_0, 1e-3},
                                            // rows of 64 do not fit Q6_K's 256: Q8_0, as llama-quantize
                                            Case{"llama_bias_linear", "q4_0", GgmlType::kQ4_0, GgmlType::kQ8_0, 5e-2},
@@ -120,7 +122,7 @@ TEST(ConvertGgufErrors, FlagsItDoesNotImplementAreRefusedByName) {
   int status = -1;
   std::string err;
   convert(base + " --type q4_k", &status, &err);
-  expect_one_line_error(status, err, "--type 'q4_k' is not implemented (f16, q8_0, q4_0, f32 are)");
+  expect_one_line_error(status, err, "--type 'q4_k' is not implemented (f16, bf16, q8_0, q4_0, f32 are)");
   convert(base + " --type q8_0 -q", &status, &err);
   expect_one_line_error(status, err, "--quantize does not apply to --to gguf");
   convert(base + " --mlx-path " + out.file("x"), &status, &err);

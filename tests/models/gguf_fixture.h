@@ -82,7 +82,8 @@ inline std::string write_gguf_fixture(const std::string& fixture, const std::str
   for (GgufExportTensor& t : plan.tensors) {
     const std::optional<GgmlType> type = options.type_for ? options.type_for(t.name) : std::nullopt;
     if (!type) continue;
-    if (*type == GgmlType::kF32 || *type == GgmlType::kF16 || *type == GgmlType::kQ8_0 || *type == GgmlType::kQ4_0) {
+    if (*type == GgmlType::kF32 || *type == GgmlType::kF16 || *type == GgmlType::kBF16 || *type == GgmlType::kQ8_0 ||
+        *type == GgmlType::kQ4_0) {
       t.type = *type;
     } else {
       retype[t.name] = *type;

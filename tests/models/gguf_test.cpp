@@ -53,12 +53,14 @@ TEST_P(GgufModel, RunsAsTheSafetensorsCheckpoint) {
     // differently from transformers' formula.
     EXPECT_LE(diff, 1e-5f * scale);
     EXPECT_EQ(greedy(*gguf, tokens, 8), greedy(*f32_model, tokens, 8));
-  } else if (c.type == GgmlType::kF16) {
-    // As the f16 checkpoint: the same rounded weights, norms in f32 in both.
-    auto f16_model = load_model(dir, LoadOptions{.weight_dtype = DType::kF16});
-    EXPECT_LE(testing::max_abs_diff(got, prefill_logits(*f16_model, tokens)), 1e-5f * scale);
-    EXPECT_LE(kl, 5e-6);
-    EXPECT_LE(diff, 1e-2f * scale);
+  } else if (c.type == GgmlType::kF16 || c.type == GgmlType::kBF16) {
+    // As the f16 / bf16 checkpoint: the same rounded weights, norms in f32 in both.
+    const DType dtype = c.type == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
+    auto half_model = load_model(dir, LoadOptions{.weight_dtype = dtype});
+    EXPECT_EQ(dec.attention(0).q.weight.dtype(), dtype);
+    EXPECT_LE(testing::max_abs_diff(got, prefill_logits(*half_model, tokens)), 1e-5f * scale);
+    EXPECT_LE(kl, dtype == DType::kF16 ? 5e-6 : 2e-4);  // the f16 / bf16 weights' rows of docs/numerics.md
+    EXPECT_LE(diff, (dtype == DType::kF16 ? 1e-2f : 4e-2f) * scale);
   } else {
     // Q4_0 and Q8_0 load as symmetric affine codes (the affine kernels), the K-quants as blocks.
     const QuantizedMatrix& qw = dec.attention(0).q.qweight;
@@ -73,7 +75,7 @@ TEST_P(GgufModel, RunsAsTheSafetensorsCheckpoint) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufModel,
                          ::testing::Combine(::testing::ValuesIn(testing::parity_fixtures()),
-                                            ::testing::Values(Case{GgmlType::kF32, 0}, Case{GgmlType::kF16, 0},
+                                            ::testing::Values(Case{GgmlType::kF32, 0}, Case{GgmlType::kF16, 0}, Case{GgmlType::kBF16, 0},
                                                               Case{GgmlType::kQ8_0, 1e-3},
                                                               Case{GgmlType::kQ4_0, 5e-2})),
                          [](const auto& info) {
