@@ -78,8 +78,7 @@ TEST_P(ConvertGguf, RoundTripsThroughTheLoader) {
   std::printf("%s %s: mean KL %.3g\n", c.fixture.c_str(), c.type.c_str(), kl);
   EXPECT_LE(kl, c.max_mean_kl);
   if (c.type == "f16" || c.type == "bf16") {  // exactly the f16 / bf16 checkpoint's weights
-    auto half_model =
-        load_model(fixture, LoadOptions{.weight_dtype = c.type == "f16" ? DType::kF16 : DType::kBF16});
+    auto half_model = load_model(fixture, LoadOptions{.weight_dtype = c.type == "f16" ? DType::kF16 : DType::kBF16});
     EXPECT_LE(testing::max_abs_diff(got, testing::prefill_logits(*half_model, tokens)), 1e-5f * testing::max_abs(ref));
   }
 }

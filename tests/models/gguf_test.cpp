@@ -75,8 +75,8 @@ TEST_P(GgufModel, RunsAsTheSafetensorsCheckpoint) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufModel,
                          ::testing::Combine(::testing::ValuesIn(testing::parity_fixtures()),
-                                            ::testing::Values(Case{GgmlType::kF32, 0}, Case{GgmlType::kF16, 0}, Case{GgmlType::kBF16, 0},
-                                                              Case{GgmlType::kQ8_0, 1e-3},
+                                            ::testing::Values(Case{GgmlType::kF32, 0}, Case{GgmlType::kF16, 0},
+                                                              Case{GgmlType::kBF16, 0}, Case{GgmlType::kQ8_0, 1e-3},
                                                               Case{GgmlType::kQ4_0, 5e-2})),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +

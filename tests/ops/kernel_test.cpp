@@ -259,6 +259,10 @@ TEST(ops_kernel, Matmul) {
             const std::string what = shape + " " + std::string(cpu::isa_name(isa)) + " " + pool_name(pool);
             if (cpu::matmul_rounds_x_to_bf16(isa, wt, s.T)) {
               expect_close(got, exact_bf16_x, dot_atol(s.K), kRtol, what + " (x rounded to bf16)");
+              // What an AVX-512 CPU without AVX512-BF16 runs for bf16 weights.
+              std::vector<float> fma(got.size());
+              cpu::matmul_fma_tiles(pool, x.data(), s.T, s.K, w.data(), wt, s.N, b, fma.data());
+              expect_close(fma, ref, dot_atol(s.K), kRtol, what + " (FMA tiles)");
             } else {
               expect_close(got, ref, dot_atol(s.K), kRtol, what);
             }

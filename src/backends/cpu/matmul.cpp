@@ -3,9 +3,10 @@
 // Threads split N, and each weight row is read from memory once per call, applied to every row
 // of x while it sits in cache. Decode (T <= kStreamRows) walks a thread's weight rows one after
 // another: one run of ascending addresses, the one access pattern the hardware prefetchers
-// follow at full speed. Prefill walks them four at a time, so that each load of x serves four
-// rows; four runs 4-12 KiB apart read bf16 at 12.7 GB/s on one core of the 2-core EPYC,
-// against 26-27 one row at a time (matvec_bench; bench/RESULTS.md, 2026-12-05).
+// follow at full speed (four runs 4-12 KiB apart read bf16 at 12.7 GB/s on one core of the
+// 2-core EPYC, against 26-27 one row at a time; matvec_bench, bench/RESULTS.md, 2026-12-05).
+// Prefill (T > kStreamRows) on AVX-512 takes the register tiles of matmul_tiles.cpp; on AVX2 it
+// walks the weight rows four at a time, so that each load of x serves four rows.
 #include <algorithm>
 #include <vector>
 
@@ -46,58 +47,6 @@ HEARTH_AVX512 void row_dots_avx512(const float* x, int64_t K, const void* w, flo
     __m512 sum = acc[t][0];
     for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[t][i]);
     out[t] = _mm512_reduce_add_ps(sum);
-  }
-}
-
-template <DType BT>
-HEARTH_AVX512 void dot4_avx512(const float* x, const void* w, int64_t K, float* out4) {
-  const size_t row_bytes = static_cast<size_t>(K) * sizeof(std::conditional_t<BT == DType::kF32, float, uint16_t>);
-  const auto* w0 = static_cast<const uint8_t*>(w);
-  const void* r0 = w0;
-  const void* r1 = w0 + row_bytes;
-  const void* r2 = w0 + 2 * row_bytes;
-  const void* r3 = w0 + 3 * row_bytes;
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 m = simd::tail_mask16(K - k);
-    const __m512 xv = simd::load16_f32(x + k, m);
-    a0 = _mm512_fmadd_ps(xv, simd::load16<BT>(r0, k, m), a0);
-    a1 = _mm512_fmadd_ps(xv, simd::load16<BT>(r1, k, m), a1);
-    a2 = _mm512_fmadd_ps(xv, simd::load16<BT>(r2, k, m), a2);
-    a3 = _mm512_fmadd_ps(xv, simd::load16<BT>(r3, k, m), a3);
-  }
-  out4[0] = _mm512_reduce_add_ps(a0);
-  out4[1] = _mm512_reduce_add_ps(a1);
-  out4[2] = _mm512_reduce_add_ps(a2);
-  out4[3] = _mm512_reduce_add_ps(a3);
-}
-
-// bf16 fast path. Widening bf16 with vpmovzxwd costs a cross-lane shuffle per 16 weights and
-// halves the matvec rate; interleaving with zero (vpunpck{l,h}wd, in-lane) widens 32 weights in
-// two cheap ops but leaves them in lane order [0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, ...].
-// x is permuted into that order once per call, so each weight row is used as loaded.
-// x_perm: [K] in unpack order, K % 32 == 0; w: 4 rows of [K] bf16.
-HEARTH_AVX512 void dot4_bf16_unpacked_avx512(const float* x_perm, const uint16_t* w, int64_t K, float* out4) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t k = 0; k < K; k += 32) {
-    const __m512 x_lo = _mm512_loadu_ps(x_perm + k), x_hi = _mm512_loadu_ps(x_perm + k + 16);
-    for (int r = 0; r < 4; ++r) {
-      const __m512i v = _mm512_loadu_si512(w + r * K + k);
-      acc[r] = _mm512_fmadd_ps(x_lo, _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v)), acc[r]);
-      acc[r] = _mm512_fmadd_ps(x_hi, _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v)), acc[r]);
-    }
-  }
-  for (int r = 0; r < 4; ++r) out4[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
-void permute_for_unpack(const float* x, int64_t K, float* out) {
-  for (int64_t k = 0; k < K; k += 32) {
-    for (int half = 0; half < 2; ++half) {
-      for (int lane = 0; lane < 4; ++lane) {
-        for (int j = 0; j < 4; ++j) out[k + half * 16 + lane * 4 + j] = x[k + lane * 8 + half * 4 + j];
-      }
-    }
   }
 }
 
@@ -147,9 +96,10 @@ void stream_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, i
   }
 }
 
+// Prefill on AVX2 and the scalar reference (AVX-512 takes the tiles of matmul_tiles.cpp).
 template <DType BT>
-void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_t K, const void* w, int64_t n_begin,
-                 int64_t n_end, int64_t N, const float* bias, float* y) {
+void matmul_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, int64_t n_begin, int64_t n_end,
+                 int64_t N, const float* bias, float* y) {
   constexpr size_t kElem = BT == DType::kF32 ? 4 : 2;
   const auto* wb = static_cast<const uint8_t*>(w);
   int64_t n = n_begin;
@@ -158,13 +108,7 @@ void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_
       const void* w_rows = wb + static_cast<size_t>(n) * K * kElem;
       for (int64_t t = 0; t < T; ++t) {
         float out4[4];
-        if (x_perm != nullptr) {
-          dot4_bf16_unpacked_avx512(x_perm + t * K, static_cast<const uint16_t*>(w_rows), K, out4);
-        } else if (isa == Isa::kAvx512) {
-          dot4_avx512<BT>(x + t * K, w_rows, K, out4);
-        } else {
-          dot4_avx2<BT>(x + t * K, w_rows, K, out4);
-        }
+        dot4_avx2<BT>(x + t * K, w_rows, K, out4);
         for (int j = 0; j < 4; ++j) y[t * N + n + j] = out4[j] + (bias ? bias[n + j] : 0.0f);
       }
     }
@@ -174,7 +118,6 @@ void matmul_rows(Isa isa, const float* x, const float* x_perm, int64_t T, int64_
     for (int64_t t = 0; t < T; ++t) {
       float s;
       switch (isa) {
-        case Isa::kAvx512: s = dot_avx512<BT>(x + t * K, w_row, K); break;
         case Isa::kAvx2: s = dot_avx2<BT>(x + t * K, w_row, K); break;
         default: s = dot_scalar<BT>(x + t * K, w_row, K); break;
       }
@@ -195,10 +138,9 @@ void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, con
     matmul_bf16_dots(pool, x, T, K, static_cast<const uint16_t*>(w), N, bias, y);
     return;
   }
-  std::vector<float> x_perm;
-  if (isa == Isa::kAvx512 && w_type == DType::kBF16 && K % 32 == 0 && T > kStreamRows) {
-    x_perm.resize(static_cast<size_t>(T * K));
-    for (int64_t t = 0; t < T; ++t) permute_for_unpack(x + t * K, K, x_perm.data() + t * K);
+  if (isa == Isa::kAvx512 && T > kStreamRows) {
+    matmul_fma_tiles(pool, x, T, K, w, w_type, N, bias, y);
+    return;
   }
   dispatch_float(w_type, [&]<DType BT>() {
     auto run = [&](int64_t begin, int64_t end) {
@@ -207,7 +149,7 @@ void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, con
       if (isa != Isa::kScalar && T <= kStreamRows) {
         stream_rows<BT>(isa, x, T, K, w, n0, n1, N, bias, y);
       } else {
-        matmul_rows<BT>(isa, x, x_perm.empty() ? nullptr : x_perm.data(), T, K, w, n0, n1, N, bias, y);
+        matmul_rows<BT>(isa, x, T, K, w, n0, n1, N, bias, y);
       }
     };
     const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;

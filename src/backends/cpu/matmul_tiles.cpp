@@ -1,0 +1,217 @@
+// Dense prefill on AVX-512: y[t, n] = sum_k x[t, k] * w[n, k] + bias[n] for T > 4 rows of x.
+// x: [T, K] f32; w: [N, K] f32|bf16|f16 as loaded (the HF Linear layout, no packing); y: [T, N].
+//
+// Both kernels take register tiles of 4 rows of x against 4 weight rows, each of the 16 outputs a
+// vector of partial sums along k, added across its lanes at the end. A step loads 4 x vectors
+// and 4 weight vectors for 16 multiply-add instructions; the row-at-a-time dots of matmul.cpp
+// load one weight vector per multiply-add.
+// - bf16 weights on a CPU with AVX512-BF16 (matmul_bf16_dots): x rounded once per call to bf16
+//   (nearest even) into [T, Kp], Kp = K rounded up to 32 and zero-padded; vdpbf16ps takes the
+//   bf16 pairs as they are, 32 products an instruction. The CUDA backend's tensor cores and every
+//   peer's bf16 path round x the same way; products are exact in f32 and sums are f32
+//   (docs/numerics.md).
+// - Otherwise (matmul_fma_tiles): x in f32, each weight vector widened exactly to f32 once per
+//   4 rows of x, FMAs.
+//
+// Blocking: a thread takes panels of kPanelRows weight rows (16 rows of K <= 8192 are <= 256 KiB
+// at 2 bytes, in L2) and runs every 4-row block of x over the panel, so a weight byte comes
+// from memory once per call and an x tile (4 rows, in L1) serves 16 weight rows.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backends/cpu/dot.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/simd.h"
+
+#define HEARTH_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kTileRows = 4;    // rows of x in a register tile
+constexpr int64_t kTileCols = 4;    // weight rows in a register tile
+constexpr int64_t kPanelRows = 16;  // weight rows a thread claims at a time
+
+int64_t padded_k(int64_t K) { return (K + 31) / 32 * 32; }
+
+// xb: [T, Kp] bf16 from x: [T, K] f32, the pad zero.
+HEARTH_BF16 void round_rows_to_bf16(const float* x, int64_t T, int64_t K, uint16_t* xb) {
+  const int64_t Kp = padded_k(K);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* src = x + t * K;
+    uint16_t* dst = xb + t * Kp;
+    for (int64_t k = 0; k < Kp; k += 16) {
+      const __mmask16 m = k >= K ? 0 : K - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (K - k)) - 1u);
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + k));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), (__m256i)h);
+    }
+  }
+}
+
+// One step of 32 k of the bf16 kernel: acc[t][n] += the pair dots of x row t and weight row n.
+// Full steps load plainly, the last partial one under a mask (see fma_step).
+template <int kT, int kN, bool kMasked>
+HEARTH_BF16 inline __attribute__((always_inline)) void tile_step(__m512 (&acc)[kT][kN], const uint16_t* xb, int64_t Kp,
+                                                                 const uint16_t* w, int64_t K, int64_t k, __mmask32 m) {
+  __m512bh wv[kN];
+  for (int n = 0; n < kN; ++n) {
+    wv[n] = (__m512bh)(kMasked ? _mm512_maskz_loadu_epi16(m, w + n * K + k) : _mm512_loadu_si512(w + n * K + k));
+  }
+  for (int t = 0; t < kT; ++t) {
+    const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + t * Kp + k);
+    for (int n = 0; n < kN; ++n) acc[t][n] = _mm512_dpbf16_ps(acc[t][n], xv, wv[n]);
+  }
+}
+
+// out[t][n] = dot(xb row t, w row n) for a kT x kN tile of the bf16 kernel. xb rows are Kp apart and padded, so
+// they load whole; the weight rows' last partial step loads under a mask (zeros past K).
+template <int kT, int kN>
+HEARTH_BF16 void tile_dots(const uint16_t* xb, int64_t Kp, const uint16_t* w, int64_t K, float out[kT][kN]) {
+  __m512 acc[kT][kN];
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) acc[t][n] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) tile_step<kT, kN, false>(acc, xb, Kp, w, K, k, 0);
+  if (k < K) tile_step<kT, kN, true>(acc, xb, Kp, w, K, k, static_cast<__mmask32>((uint64_t{1} << (K - k)) - 1));
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) out[t][n] = _mm512_reduce_add_ps(acc[t][n]);
+  }
+}
+
+// One step of 16 k of the FMA kernel: acc[t][n] += x row t * w row n, lane by lane. Full steps
+// load plainly and only the last partial one under a mask: a masked load is a builtin call to
+// gcc, and one inside the loop keeps every accumulator stored to the stack each step.
+template <DType BT, int kT, int kN, bool kMasked>
+HEARTH_AVX512 inline __attribute__((always_inline)) void fma_step(__m512 (&acc)[kT][kN], const float* x, int64_t K,
+                                                                  const uint8_t* w, int64_t k, __mmask16 m) {
+  constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
+  __m512 wv[kN];
+  for (int n = 0; n < kN; ++n) {
+    const uint8_t* p = w + (n * K + k) * kElem;
+    if constexpr (BT == DType::kF32) {
+      wv[n] = kMasked ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+    } else {
+      const __m256i h =
+          kMasked ? _mm256_maskz_loadu_epi16(m, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      wv[n] =
+          BT == DType::kF16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(m, x + t * K + k) : _mm512_loadu_ps(x + t * K + k);
+    for (int n = 0; n < kN; ++n) acc[t][n] = _mm512_fmadd_ps(xv, wv[n], acc[t][n]);
+  }
+}
+
+// out[t][n] = dot(x row t, w row n) for a kT x kN tile of the FMA kernel; x rows K apart.
+template <DType BT, int kT, int kN>
+HEARTH_AVX512 void fma_tile_dots(const float* x, int64_t K, const uint8_t* w, float out[kT][kN]) {
+  __m512 acc[kT][kN];
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) acc[t][n] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) fma_step<BT, kT, kN, false>(acc, x, K, w, k, 0);
+  if (k < K) fma_step<BT, kT, kN, true>(acc, x, K, w, k, simd::tail_mask16(K - k));
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) out[t][n] = _mm512_reduce_add_ps(acc[t][n]);
+  }
+}
+
+// The two kernels as tile sources: dots<kT, kN>(t0, n0, out) fills out with the tile whose
+// corner is (t0, n0).
+struct Bf16Dots {
+  const uint16_t* xb;  // [T, Kp]
+  int64_t Kp;
+  const uint16_t* w;
+  int64_t K;
+  template <int kT, int kN>
+  void dots(int64_t t0, int64_t n0, float out[kT][kN]) const {
+    tile_dots<kT, kN>(xb + t0 * Kp, Kp, w + n0 * K, K, out);
+  }
+};
+
+template <DType BT>
+struct FmaDots {
+  const float* x;  // [T, K]
+  const uint8_t* w;
+  int64_t K;
+  template <int kT, int kN>
+  void dots(int64_t t0, int64_t n0, float out[kT][kN]) const {
+    constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
+    fma_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
+  }
+};
+
+struct Output {
+  float* y;  // [T, N]
+  int64_t N;
+  const float* bias;
+};
+
+template <class Tiles, int kT, int kN>
+void run_tile(const Tiles& tiles, int64_t t0, int64_t n0, const Output& o) {
+  float out[kT][kN];
+  tiles.template dots<kT, kN>(t0, n0, out);
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) o.y[(t0 + t) * o.N + n0 + n] = out[t][n] + (o.bias ? o.bias[n0 + n] : 0.0f);
+  }
+}
+
+// Tiles of any size up to 4 x 4, by template so the accumulators stay in registers.
+template <class Tiles, int kT>
+void run_tile_rows(const Tiles& tiles, int64_t cols, int64_t t0, int64_t n0, const Output& o) {
+  switch (cols) {
+    case 1: run_tile<Tiles, kT, 1>(tiles, t0, n0, o); break;
+    case 2: run_tile<Tiles, kT, 2>(tiles, t0, n0, o); break;
+    case 3: run_tile<Tiles, kT, 3>(tiles, t0, n0, o); break;
+    default: run_tile<Tiles, kT, 4>(tiles, t0, n0, o); break;
+  }
+}
+
+template <class Tiles>
+void run_panels(ThreadPool* pool, const Tiles& tiles, int64_t T, const Output& o) {
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t panel = begin; panel < end; ++panel) {
+      const int64_t n_begin = panel * kPanelRows, n_end = std::min(o.N, n_begin + kPanelRows);
+      for (int64_t t0 = 0; t0 < T; t0 += kTileRows) {
+        for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileCols) {
+          const int64_t cols = std::min(kTileCols, n_end - n0);
+          switch (std::min(kTileRows, T - t0)) {
+            case 1: run_tile_rows<Tiles, 1>(tiles, cols, t0, n0, o); break;
+            case 2: run_tile_rows<Tiles, 2>(tiles, cols, t0, n0, o); break;
+            case 3: run_tile_rows<Tiles, 3>(tiles, cols, t0, n0, o); break;
+            default: run_tile_rows<Tiles, 4>(tiles, cols, t0, n0, o); break;
+          }
+        }
+      }
+    }
+  };
+  const int64_t panels = (o.N + kPanelRows - 1) / kPanelRows;
+  if (pool != nullptr) {
+    pool->parallel_for(panels, 1, run);
+  } else {
+    run(0, panels);
+  }
+}
+
+}  // namespace
+
+void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, const uint16_t* w, int64_t N,
+                      const float* bias, float* y) {
+  const int64_t Kp = padded_k(K);
+  std::vector<uint16_t> xb(static_cast<size_t>(T * Kp));
+  round_rows_to_bf16(x, T, K, xb.data());
+  run_panels(pool, Bf16Dots{xb.data(), Kp, w, K}, T, Output{y, N, bias});
+}
+
+void matmul_fma_tiles(ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
+                      const float* bias, float* y) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  dispatch_float(w_type, [&]<DType BT>() { run_panels(pool, FmaDots<BT>{x, wb, K}, T, Output{y, N, bias}); });
+}
+
+}  // namespace hearth::cpu
