@@ -42,6 +42,9 @@ class DenseDecoder : public Model {
   Tensor forward(Context& ctx, const Batch& batch, KvCache& kv) const override;
 
   const Attention& attention(int64_t layer) const { return layers_[static_cast<size_t>(layer)].attention; }
+  const GatedMlp& mlp(int64_t layer) const { return layers_[static_cast<size_t>(layer)].mlp; }
+  const Embedding& embedding() const { return embed_; }
+  const Linear& lm_head() const { return lm_head_; }
 
  private:
   struct Layer {
