@@ -155,6 +155,8 @@ int run_convert(const std::vector<std::string>& raw_args) {
         writer.write(q.biases);
         ++quantized;
       }
+      // Read once: its mapped pages leave the resident set (memory stays near one tensor).
+      if (t.is_view_of_external()) drop_resident_pages(t.raw(), t.nbytes());
       ++done;
     }
     progress(done, names.size(), "");

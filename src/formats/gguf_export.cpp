@@ -187,6 +187,9 @@ std::vector<uint8_t> encode_tensor(const WeightStore& store, const GgufExportTen
   for (int64_t i = 1; i < n_threads; ++i) threads.emplace_back(work, rows * i / n_threads, rows * (i + 1) / n_threads);
   work(0, rows / n_threads);
   for (std::thread& th : threads) th.join();
+  // The source is read once: its mapped pages leave the resident set, so a conversion's memory
+  // stays near one tensor rather than growing to the whole checkpoint.
+  if (src.is_view_of_external()) drop_resident_pages(src.raw(), src.nbytes());
   return out;
 }
 

@@ -102,7 +102,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Quantized,
 // A random qwen3 model whose every matrix row is a multiple of 128 (make_random_model's
 // tiny-256: hidden 256, intermediate 512, head_dim 64), in f32, in DIR.
 std::string make_wide_model(const std::string& dir) {
-  const std::string cmd = std::string(HEARTH_MAKE_RANDOM_MODEL) + " " + dir + " --preset tiny-256 --dtype f32 >/dev/null";
+  const std::string cmd =
+      std::string(HEARTH_MAKE_RANDOM_MODEL) + " " + dir + " --preset tiny-256 --dtype f32 >/dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return dir;
 }

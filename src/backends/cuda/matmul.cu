@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <dlfcn.h>
 
 #include <array>
 #include <mutex>
@@ -281,9 +282,49 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t T, int64_t 
   if (i < T * N) y[i] += bias[i % N];
 }
 
+// The cuBLAS entry points used here, from libcublas opened on first use (CMakeLists.txt says
+// why it is not linked): by its soname (LD_LIBRARY_PATH, the loader's cache), else from the
+// toolkit the build found.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm_v2) sgemm;
+  // The C symbol's signature (the header adds a C++ overload).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  decltype(&cublasGetStatusString) status_string;
+};
+
+CublasApi load_cublas() {
+  const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  void* lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr)
+    lib = ::dlopen((std::string(HEARTH_CUDA_LIBRARY_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) throw std::runtime_error("cuBLAS: cannot load " + name + ": " + ::dlerror());
+  auto symbol = [&]<class Fn>(Fn* out, const char* symbol_name) {
+    *out = reinterpret_cast<Fn>(::dlsym(lib, symbol_name));
+    if (*out == nullptr) throw std::runtime_error("cuBLAS: " + name + " has no " + symbol_name);
+  };
+  CublasApi api{};
+  symbol(&api.create, "cublasCreate_v2");
+  symbol(&api.set_stream, "cublasSetStream_v2");
+  symbol(&api.set_math_mode, "cublasSetMathMode");
+  symbol(&api.sgemm, "cublasSgemm_v2");
+  symbol(&api.gemm_ex, "cublasGemmEx");
+  symbol(&api.status_string, "cublasGetStatusString");
+  return api;
+}
+
+const CublasApi& cublas() {
+  static const CublasApi api = load_cublas();
+  return api;
+}
+
 void check_cublas(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string("cuBLAS: ") + what + ": " + cublasGetStatusString(st));
+    throw std::runtime_error(std::string("cuBLAS: ") + what + ": " + cublas().status_string(st));
   }
 }
 
@@ -298,8 +339,8 @@ std::mutex& cublas_mutex() {
 cublasHandle_t handle_for(int device, cudaStream_t s) {
   static std::array<cublasHandle_t, 16> handles{};
   cublasHandle_t& h = handles.at(static_cast<size_t>(device));
-  if (h == nullptr) check_cublas(cublasCreate(&h), "cublasCreate");
-  check_cublas(cublasSetStream(h, s), "cublasSetStream");
+  if (h == nullptr) check_cublas(cublas().create(&h), "cublasCreate");
+  check_cublas(cublas().set_stream(h, s), "cublasSetStream");
   return h;
 }
 
@@ -347,17 +388,17 @@ void matmul(cudaStream_t s, int device, const float* x, int64_t T, int64_t K, co
   const float one = 1.0f, zero = 0.0f;
   const int m = static_cast<int>(N), n = static_cast<int>(T), k = static_cast<int>(K);
   if (w_type == DType::kF32) {
-    check_cublas(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    check_cublas(cublas().set_math_mode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
     check_cublas(
-        cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w), k, x, k, &zero, y, m),
+        cublas().sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w), k, x, k, &zero, y, m),
         "cublasSgemm");
   } else {
     // x rounded to the weights' type in `scratch` ([T, K] 16-bit).
     const cudaDataType type = w_type == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
     round_to_16bit(s, x, T * K, w_type, scratch);
-    check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    check_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, type, k, scratch, type, k, &zero, y,
-                              CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check_cublas(cublas().set_math_mode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_cublas(cublas().gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, type, k, scratch, type, k, &zero, y,
+                                  CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
   }
   if (bias != nullptr) {
