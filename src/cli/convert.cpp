@@ -76,10 +76,20 @@ int convert_to_gguf(const std::string& src, const std::string& type_name, const 
 
 }  // namespace
 
+// mlx_lm.convert's flags that Hearth does not implement, refused by name rather than as unknown.
+constexpr const char* kMlxLmOnlyFlags[] = {"--q-mode",     "--quant-predicate",   "--dtype", "--upload-repo",
+                                           "--dequantize", "--trust-remote-code", "-d"};
+
 int run_convert(const std::vector<std::string>& raw_args) {
   std::vector<std::string> args;
-  for (const std::string& a : raw_args) args.push_back(a == "-q" ? "--quantize" : a);
-  std::string src, mlx_path, to, type, out;
+  for (const std::string& a : raw_args) {
+    for (const char* flag : kMlxLmOnlyFlags) {
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0)
+        throw Unsupported(std::string("convert: mlx_lm.convert's ") + flag + " is not implemented");
+    }
+    args.push_back(a == "-q" ? "--quantize" : a);
+  }
+  std::string src, hf_path, mlx_path, to, type, out;
   bool quantize = false;
   int64_t bits = 4, group_size = 64;
   Flags f("convert",
@@ -91,6 +101,7 @@ int run_convert(const std::vector<std::string>& raw_args) {
           "q4_0 keeps the output matrix in Q6_K as llama-quantize does). The output must not exist or\n"
           "be empty; it appears only when the conversion has finished.");
   f.positional("SRC", "The source model directory.", &src);
+  f.add("hf-path", "The source model directory, as mlx_lm.convert takes it (instead of SRC).", &hf_path);
   f.add("quantize", "Quantize to MLX affine (also -q). Required unless --to gguf.", &quantize);
   f.add("q-bits", "Bits per weight: 2, 3, 4, 5, 6 or 8 (default 4; 4 and 8 have fast kernels).", &bits);
   f.add("q-group-size", "Weights per scale/bias group: 32, 64 or 128 (default 64).", &group_size);
@@ -99,6 +110,10 @@ int run_convert(const std::vector<std::string>& raw_args) {
   f.add("type", "With --to gguf: f16 (default), bf16, q8_0 or q4_0 for the weight matrices (f32 too).", &type);
   f.add("out", "With --to gguf: the output file.", &out);
   if (!f.parse(args)) return 0;
+  if (!hf_path.empty()) {
+    if (!src.empty()) throw InputError("convert: give the source as SRC or --hf-path, not both");
+    src = hf_path;
+  }
   if (src.empty()) throw InputError("convert: the source model directory is required (see hearth convert --help)");
   if (to == "gguf") {
     for (const char* flag : {"quantize", "q-bits", "q-group-size", "mlx-path"}) {

@@ -21,7 +21,7 @@ constexpr Verb kVerbs[] = {
     {"tokenize", "Encode text to token ids or decode ids to text (JSON lines).", hearth::cli::run_tokenize},
     {"template", "Render the model's chat template for a JSON request.", hearth::cli::run_template},
     {"serve", "Serve the model over OpenAI- and Anthropic-compatible HTTP APIs.", hearth::cli::run_serve},
-    {"convert", "Quantize a Hugging Face checkpoint to MLX affine 2-8 bit (mlx_lm.convert -q).",
+    {"convert", "Quantize a Hugging Face checkpoint to MLX affine 2-8 bit (mlx_lm.convert -q), or write it as GGUF.",
      hearth::cli::run_convert},
     {"bench", "Measure prefill/decode speed against the memory-bandwidth roofline; record it.", hearth::cli::run_bench},
     {"evals", "List the runs hearth bench recorded.", hearth::cli::run_evals},

@@ -135,6 +135,22 @@ TEST(cli_generate, PromptGoesThroughChatTemplateAndStreamsText) {
 // Sampling and cache flags out of range are one-line errors before anything loads: the model
 // path does not exist, so any error but the flag's would name it. (serve used to start with
 // --temp nan and fail every request; generate took a negative --top-k or --ctx as "not given".)
+// Every verb answers --help with its usage and flags, and exits 0.
+TEST(cli_help, EveryVerbHasHelp) {
+  for (const std::string verb :
+       {"generate", "logits", "tokenize", "template", "serve", "convert", "bench", "evals", "knobs"}) {
+    int status = -1;
+    const std::string help = testing::run_hearth(verb + " --help", &status);
+    EXPECT_EQ(status, 0) << verb;
+    EXPECT_EQ(help.rfind("usage: hearth " + verb, 0), 0u) << verb << ": " << help;
+    EXPECT_NE(help.find("--help"), std::string::npos) << verb << ": " << help;
+  }
+  int status = -1;
+  const std::string top = testing::run_hearth("--help", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(top.find("write it as GGUF"), std::string::npos) << top;
+}
+
 TEST(cli_flags, OutOfRangeValuesAreRefusedBeforeTheModelLoads) {
   const std::string model = testing::data_path("no_such_model");
   const std::vector<std::pair<std::string, std::string>> cases = {

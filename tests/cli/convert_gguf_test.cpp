@@ -134,7 +134,29 @@ TEST(ConvertGgufErrors, FlagsItDoesNotImplementAreRefusedByName) {
   expect_one_line_error(status, err, "--out FILE.gguf is required");
   convert(dir->path() + " -q --mlx-path " + out.file("x") + " --type q8_0", &status, &err);
   expect_one_line_error(status, err, "--type and --out go with --to gguf");
+  // mlx_lm.convert's flags that Hearth lacks are refused as such, not as unknown.
+  for (const std::string flag : {"--dtype float16", "--q-mode mxfp4", "--upload-repo me/x", "-d", "--dequantize",
+                                 "--quant-predicate mixed_3_6", "--trust-remote-code", "--dtype=bfloat16"}) {
+    convert(dir->path() + " -q --mlx-path " + out.file("x") + " " + flag, &status, &err);
+    expect_one_line_error(status, err,
+                          "mlx_lm.convert's " + flag.substr(0, flag.find_first_of(" =")) + " is not implemented");
+  }
+  convert("--hf-path " + dir->path() + " " + dir->path() + " -q --mlx-path " + out.file("x"), &status, &err);
+  expect_one_line_error(status, err, "SRC or --hf-path, not both");
   EXPECT_TRUE(fs::is_empty(out.path()));
+}
+
+// mlx_lm.convert's own spelling of a conversion works as is.
+TEST(ConvertMlx, TakesMlxLmConvertsFlags) {
+  const auto dir = model_dir("qwen3");
+  testing::TempDir out;
+  int status = -1;
+  std::string err;
+  convert("--hf-path " + dir->path() + " --mlx-path " + out.file("q") + " -q --q-bits 8 --q-group-size 32", &status,
+          &err);
+  ASSERT_EQ(status, 0) << err;
+  auto model = load_model(out.file("q"));
+  EXPECT_EQ(model->info().weight_format, "affine 8-bit/32");
 }
 
 TEST(ConvertGgufErrors, ANonEmptyDestinationIsRefused) {
