@@ -46,14 +46,15 @@ TEST(server_cli, TakenPortIsOneLineAndExit1) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
-TEST(server_cli, ServesUntilSigterm) {
-  auto dir = testing::make_tiny_model_dir();
+// Serves MODEL (a directory or a GGUF file) as a process: ready line, /health, a chat
+// completion, then SIGTERM and exit 0.
+void serve_chat_and_stop(const std::string& model) {
   hearth::testing::TempDir tmp;
   const std::string out_path = tmp.file("stdout");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> args = {HEARTH_BINARY, "serve", dir->path(), "--port", "0", "--threads", "1"};
+  std::vector<std::string> args = {HEARTH_BINARY, "serve", model, "--port", "0", "--threads", "1"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -81,13 +82,32 @@ TEST(server_cli, ServesUntilSigterm) {
                   "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(json::parse(r->body)["model"], dir->path());
+  const json body = json::parse(r->body);
+  EXPECT_EQ(body["model"], model);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3) << r->body;
 
   kill(pid, SIGTERM);
   int wstatus = 0;
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   EXPECT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+}
+
+TEST(server_cli, ServesUntilSigterm) {
+  auto dir = testing::make_tiny_model_dir();
+  serve_chat_and_stop(dir->path());
+}
+
+// A GGUF file is a complete model for serve too: weights, tokenizer and chat template.
+TEST(server_cli, ServesAGgufFile) {
+  auto dir = testing::make_tiny_model_dir();
+  hearth::testing::TempDir tmp;
+  int status = -1;
+  std::string err;
+  const std::string gguf = tmp.file("tiny-q8_0.gguf");
+  testing::run_hearth("convert " + dir->path() + " --to gguf --type q8_0 --out " + gguf, &status, &err);
+  ASSERT_EQ(status, 0) << err;
+  serve_chat_and_stop(gguf);
 }
 
 }  // namespace
