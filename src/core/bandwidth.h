@@ -13,7 +13,7 @@ namespace hearth {
 
 struct BandwidthProbe {
   size_t bytes = 0;  // buffer size; 0 = the backend's default (far larger than its caches)
-  int passes = 5;    // the best pass is reported
+  int passes = 5;    // the best pass is reported (a CPU pass: the faster of two read loops)
 };
 
 struct BandwidthResult {

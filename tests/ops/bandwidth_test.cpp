@@ -44,7 +44,10 @@ TEST(ReadChecksum, EveryIsaMatchesTheScalarReference) {
       EXPECT_EQ(cpu::read_checksum(Isa::kScalar, p, n), want) << "n=" << n << " offset=" << offset;
       for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
         if (!cpu::isa_supported(isa)) continue;
-        EXPECT_EQ(cpu::read_checksum(isa, p, n), want) << cpu::isa_name(isa) << " n=" << n << " offset=" << offset;
+        for (bool page_prefetch : {true, false}) {
+          EXPECT_EQ(cpu::read_checksum(isa, p, n, page_prefetch), want)
+              << cpu::isa_name(isa) << " n=" << n << " offset=" << offset << " page prefetch " << page_prefetch;
+        }
       }
     }
   }
@@ -61,6 +64,7 @@ TEST(ReadChecksum, ThreadSlicesAddUpToTheWholeSum) {
           << threads << " threads, n=" << n;
     }
     EXPECT_EQ(cpu::read_checksum(cpu::best_isa(), &pool, buf.data(), buf.size()), want);
+    EXPECT_EQ(cpu::read_checksum(cpu::best_isa(), &pool, buf.data(), buf.size(), false), want);
   }
 }
 

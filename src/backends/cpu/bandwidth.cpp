@@ -1,12 +1,15 @@
 // Memory read bandwidth, measured the way decode reads weights: every thread of the pool
-// streams its own contiguous slice with the widest loads the ISA has, asking for each 4 KiB
-// page's first lines two pages ahead as the kernels do (page_prefetch.h). The loads feed a
-// 64-bit word sum (the checksum), which every ISA must agree on, so none can be dropped.
-// A scalar loop reads about a third of what AVX-512 does on the same machine, and would
-// flatter every "fraction of bandwidth" computed from it; so would a loop without the page
-// prefetch, whose stream stalls at every page: on the 2-core EPYC it read 53-63 GB/s where the
-// same loop with it read 74-82, and the 8-bit decode streamed its weights at 71
-// (bench/RESULTS.md, 2026-12-05, stop 36).
+// streams its own contiguous slice with the widest loads the ISA has. The loads feed a 64-bit
+// word sum (the checksum), which every ISA must agree on, so none can be dropped. A scalar loop
+// reads about a third of what AVX-512 does on the same machine, and would flatter every
+// "fraction of bandwidth" computed from it.
+//
+// Each pass reads the buffer twice, with and without asking for each 4 KiB page's first lines
+// two pages ahead (page_prefetch.h, as the kernels do), and keeps the faster: which loop reads
+// more depends on the CPU. On the Zen 5 EPYC of stop 36 the loop without it read 53-63 GB/s and
+// with it 74-82, the 8-bit decode 71; on the Zen 4 EPYC of stop 49 the loop with it read 28-29
+// GB/s, without it 34-37, and the 4-bit panel decode 35 (bench/RESULTS.md). Either loop alone
+// would have flattered the decode on one of them.
 #include "core/bandwidth.h"
 
 #include <sys/mman.h>
@@ -47,12 +50,13 @@ uint64_t checksum_scalar(const uint8_t* p, size_t n) {
 }
 
 // Four independent accumulators keep four loads in flight per iteration.
+template <bool kPagePrefetch>
 HEARTH_AVX2 uint64_t checksum_avx2(const uint8_t* p, size_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
   uintptr_t last_page = 0;
   for (; i + 128 <= n; i += 128) {
-    prefetch_page_ahead(p + i, last_page);
+    if constexpr (kPagePrefetch) prefetch_page_ahead(p + i, last_page);
     a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
     a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
     a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
@@ -65,12 +69,13 @@ HEARTH_AVX2 uint64_t checksum_avx2(const uint8_t* p, size_t n) {
   return lanes[0] + lanes[1] + lanes[2] + lanes[3] + checksum_scalar(p + i, n - i);
 }
 
+template <bool kPagePrefetch>
 HEARTH_AVX512 uint64_t checksum_avx512(const uint8_t* p, size_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
   uintptr_t last_page = 0;
   for (; i + 256 <= n; i += 256) {
-    prefetch_page_ahead(p + i, last_page);
+    if constexpr (kPagePrefetch) prefetch_page_ahead(p + i, last_page);
     a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
     a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
     a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
@@ -129,18 +134,18 @@ class Buffer {
 
 }  // namespace
 
-uint64_t read_checksum(Isa isa, const void* data, size_t n_bytes) {
+uint64_t read_checksum(Isa isa, const void* data, size_t n_bytes, bool page_prefetch) {
   const auto* p = static_cast<const uint8_t*>(data);
   switch (isa) {
-    case Isa::kAvx512: return checksum_avx512(p, n_bytes);
-    case Isa::kAvx2: return checksum_avx2(p, n_bytes);
+    case Isa::kAvx512: return page_prefetch ? checksum_avx512<true>(p, n_bytes) : checksum_avx512<false>(p, n_bytes);
+    case Isa::kAvx2: return page_prefetch ? checksum_avx2<true>(p, n_bytes) : checksum_avx2<false>(p, n_bytes);
     case Isa::kScalar: return checksum_scalar(p, n_bytes);
   }
   return 0;
 }
 
-uint64_t read_checksum(Isa isa, ThreadPool* pool, const void* data, size_t n_bytes) {
-  if (pool == nullptr) return read_checksum(isa, data, n_bytes);
+uint64_t read_checksum(Isa isa, ThreadPool* pool, const void* data, size_t n_bytes, bool page_prefetch) {
+  if (pool == nullptr) return read_checksum(isa, data, n_bytes, page_prefetch);
   const int T = pool->size();
   std::vector<uint64_t> sums(static_cast<size_t>(T));
   const auto* p = static_cast<const uint8_t*>(data);
@@ -149,7 +154,7 @@ uint64_t read_checksum(Isa isa, ThreadPool* pool, const void* data, size_t n_byt
     for (int64_t t = b; t < e; ++t) {
       const size_t lo = slice_begin(n_bytes, static_cast<int>(t), T),
                    hi = slice_begin(n_bytes, static_cast<int>(t) + 1, T);
-      sums[static_cast<size_t>(t)] = read_checksum(isa, p + lo, hi - lo);
+      sums[static_cast<size_t>(t)] = read_checksum(isa, p + lo, hi - lo, page_prefetch);
     }
   });
   uint64_t sum = 0;
@@ -181,11 +186,13 @@ ReadBandwidth read_bandwidth(Isa isa, ThreadPool* pool, size_t n_bytes, int pass
   r.threads = T;
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
-    const Timer timer;
-    r.checksum = read_checksum(isa, pool, buffer.words(), n_bytes);
-    const double seconds = timer.seconds();
-    HEARTH_CHECK_MSG(r.checksum == expected, "bandwidth probe: checksum mismatch (a load was skipped)");
-    best = std::max(best, static_cast<double>(n_bytes) / seconds);
+    for (bool page_prefetch : {true, false}) {  // the faster of the two loops (top of the file)
+      const Timer timer;
+      r.checksum = read_checksum(isa, pool, buffer.words(), n_bytes, page_prefetch);
+      const double seconds = timer.seconds();
+      HEARTH_CHECK_MSG(r.checksum == expected, "bandwidth probe: checksum mismatch (a load was skipped)");
+      best = std::max(best, static_cast<double>(n_bytes) / seconds);
+    }
   }
   r.bytes_per_second = best;
   return r;

@@ -56,10 +56,11 @@ int64_t argmax_row(Isa isa, const float* x, int64_t n);
 int32_t sample_row(const float* logits, int64_t V, const SampleRow& row);
 
 // Sum of the buffer's little-endian 64-bit words mod 2^64 (a partial last word zero-padded):
-// a checksum every ISA agrees on, so the bandwidth probe's loads cannot be dropped.
-uint64_t read_checksum(Isa isa, const void* data, size_t n_bytes);
+// a checksum every ISA agrees on, so the bandwidth probe's loads cannot be dropped. With
+// page_prefetch, the vector loops ask for each page's first lines two pages ahead.
+uint64_t read_checksum(Isa isa, const void* data, size_t n_bytes, bool page_prefetch = true);
 // The same sum, each of the pool's threads reading one contiguous slice (null pool: one thread).
-uint64_t read_checksum(Isa isa, ThreadPool* pool, const void* data, size_t n_bytes);
+uint64_t read_checksum(Isa isa, ThreadPool* pool, const void* data, size_t n_bytes, bool page_prefetch = true);
 
 // Memory read bandwidth: a buffer of n_bytes (0: max(1 GiB, 4x the last-level cache)),
 // written once by the threads that later read it, read by all of the pool's threads with
