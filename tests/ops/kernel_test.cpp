@@ -261,7 +261,7 @@ TEST(ops_kernel, Matmul) {
               expect_close(got, exact_bf16_x, dot_atol(s.K), kRtol, what + " (x rounded to bf16)");
               // What an AVX-512 CPU without AVX512-BF16 runs for bf16 weights.
               std::vector<float> fma(got.size());
-              cpu::matmul_fma_tiles(pool, x.data(), s.T, s.K, w.data(), wt, s.N, b, fma.data());
+              cpu::matmul_fma_tiles(isa, pool, x.data(), s.T, s.K, w.data(), wt, s.N, b, fma.data());
               expect_close(fma, ref, dot_atol(s.K), kRtol, what + " (FMA tiles)");
             } else {
               expect_close(got, ref, dot_atol(s.K), kRtol, what);

@@ -25,13 +25,13 @@ void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, con
 // Whether matmul rounds x to bf16 for these arguments: bf16 weights, more than 4 rows of x, on
 // AVX-512 with AVX512-BF16 (matmul_bf16_dots). Everything else keeps x in f32.
 bool matmul_rounds_x_to_bf16(Isa isa, DType w_type, int64_t T);
-// matmul's AVX-512 prefill paths (matmul_tiles.cpp), 4 x 4 register tiles over weight panels:
-// bf16 weights with x rounded to bf16 (nearest even) and vdpbf16ps, f32 sums (needs
-// has_avx512_bf16()); any float weights with x in f32 and FMAs.
+// matmul's prefill paths (matmul_tiles.cpp), register tiles over weight panels: bf16 weights
+// with x rounded to bf16 (nearest even) and vdpbf16ps, f32 sums (needs has_avx512_bf16()); any
+// float weights with x in f32 and FMAs (isa: kAvx512 or kAvx2).
 void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, const uint16_t* w, int64_t N,
                       const float* bias, float* y);
-void matmul_fma_tiles(ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
-                      const float* bias, float* y);
+void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type,
+                      int64_t N, const float* bias, float* y);
 
 // x: [rows, d] -> y: [rows, d]; y = x * rsqrt(mean(x^2) + eps) * w. y may equal x.
 void rms_norm(Isa isa, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y);

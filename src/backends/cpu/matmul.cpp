@@ -5,8 +5,7 @@
 // another: one run of ascending addresses, the one access pattern the hardware prefetchers
 // follow at full speed (four runs 4-12 KiB apart read bf16 at 12.7 GB/s on one core of the
 // 2-core EPYC, against 26-27 one row at a time; matvec_bench, bench/RESULTS.md, 2026-12-05).
-// Prefill (T > kStreamRows) on AVX-512 takes the register tiles of matmul_tiles.cpp; on AVX2 it
-// walks the weight rows four at a time, so that each load of x serves four rows.
+// Prefill (T > kStreamRows) takes the register tiles of matmul_tiles.cpp.
 #include <algorithm>
 #include <vector>
 
@@ -50,29 +49,6 @@ HEARTH_AVX512 void row_dots_avx512(const float* x, int64_t K, const void* w, flo
   }
 }
 
-template <DType BT>
-HEARTH_AVX2 void dot4_avx2(const float* x, const void* w, int64_t K, float* out4) {
-  const size_t row_bytes = static_cast<size_t>(K) * sizeof(std::conditional_t<BT == DType::kF32, float, uint16_t>);
-  const auto* w0 = static_cast<const uint8_t*>(w);
-  const void* r[4] = {w0, w0 + row_bytes, w0 + 2 * row_bytes, w0 + 3 * row_bytes};
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + k);
-    a0 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[0], k), a0);
-    a1 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[1], k), a1);
-    a2 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[2], k), a2);
-    a3 = _mm256_fmadd_ps(xv, simd::load8<BT>(r[3], k), a3);
-  }
-  out4[0] = simd::hsum8(a0);
-  out4[1] = simd::hsum8(a1);
-  out4[2] = simd::hsum8(a2);
-  out4[3] = simd::hsum8(a3);
-  for (; k < K; ++k) {
-    for (int j = 0; j < 4; ++j) out4[j] += x[k] * load_scalar(r[j], BT, k);
-  }
-}
-
 // Decode: weight rows n_begin .. n_end one at a time (see the top of the file).
 template <DType BT>
 void stream_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, int64_t n_begin, int64_t n_end,
@@ -96,33 +72,15 @@ void stream_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, i
   }
 }
 
-// Prefill on AVX2 and the scalar reference (AVX-512 takes the tiles of matmul_tiles.cpp).
+// The scalar reference, for every T.
 template <DType BT>
-void matmul_rows(Isa isa, const float* x, int64_t T, int64_t K, const void* w, int64_t n_begin, int64_t n_end,
-                 int64_t N, const float* bias, float* y) {
+void matmul_rows_scalar(const float* x, int64_t T, int64_t K, const void* w, int64_t n_begin, int64_t n_end, int64_t N,
+                        const float* bias, float* y) {
   constexpr size_t kElem = BT == DType::kF32 ? 4 : 2;
   const auto* wb = static_cast<const uint8_t*>(w);
-  int64_t n = n_begin;
-  if (isa != Isa::kScalar) {
-    for (; n + kRowsPerBlock <= n_end; n += kRowsPerBlock) {
-      const void* w_rows = wb + static_cast<size_t>(n) * K * kElem;
-      for (int64_t t = 0; t < T; ++t) {
-        float out4[4];
-        dot4_avx2<BT>(x + t * K, w_rows, K, out4);
-        for (int j = 0; j < 4; ++j) y[t * N + n + j] = out4[j] + (bias ? bias[n + j] : 0.0f);
-      }
-    }
-  }
-  for (; n < n_end; ++n) {
+  for (int64_t n = n_begin; n < n_end; ++n) {
     const void* w_row = wb + static_cast<size_t>(n) * K * kElem;
-    for (int64_t t = 0; t < T; ++t) {
-      float s;
-      switch (isa) {
-        case Isa::kAvx2: s = dot_avx2<BT>(x + t * K, w_row, K); break;
-        default: s = dot_scalar<BT>(x + t * K, w_row, K); break;
-      }
-      y[t * N + n] = s + (bias ? bias[n] : 0.0f);
-    }
+    for (int64_t t = 0; t < T; ++t) y[t * N + n] = dot_scalar<BT>(x + t * K, w_row, K) + (bias ? bias[n] : 0.0f);
   }
 }
 
@@ -138,18 +96,18 @@ void matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, con
     matmul_bf16_dots(pool, x, T, K, static_cast<const uint16_t*>(w), N, bias, y);
     return;
   }
-  if (isa == Isa::kAvx512 && T > kStreamRows) {
-    matmul_fma_tiles(pool, x, T, K, w, w_type, N, bias, y);
+  if (isa != Isa::kScalar && T > kStreamRows) {
+    matmul_fma_tiles(isa, pool, x, T, K, w, w_type, N, bias, y);
     return;
   }
   dispatch_float(w_type, [&]<DType BT>() {
     auto run = [&](int64_t begin, int64_t end) {
       // Chunks are in units of 4-row blocks so only the last chunk has a ragged tail.
       const int64_t n0 = begin * kRowsPerBlock, n1 = std::min(N, end * kRowsPerBlock);
-      if (isa != Isa::kScalar && T <= kStreamRows) {
+      if (isa != Isa::kScalar) {
         stream_rows<BT>(isa, x, T, K, w, n0, n1, N, bias, y);
       } else {
-        matmul_rows<BT>(isa, x, T, K, w, n0, n1, N, bias, y);
+        matmul_rows_scalar<BT>(x, T, K, w, n0, n1, N, bias, y);
       }
     };
     const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;

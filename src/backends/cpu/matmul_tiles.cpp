@@ -1,4 +1,4 @@
-// Dense prefill on AVX-512: y[t, n] = sum_k x[t, k] * w[n, k] + bias[n] for T > 4 rows of x.
+// Dense prefill on AVX-512 and AVX2: y[t, n] = sum_k x[t, k] * w[n, k] + bias[n] for T > 4 rows of x.
 // x: [T, K] f32; w: [N, K] f32|bf16|f16 as loaded (the HF Linear layout, no packing); y: [T, N].
 //
 // Both kernels take register tiles of 4 rows of x against 4 weight rows, each of the 16 outputs a
@@ -11,7 +11,7 @@
 //   peer's bf16 path round x the same way; products are exact in f32 and sums are f32
 //   (docs/numerics.md).
 // - Otherwise (matmul_fma_tiles): x in f32, each weight vector widened exactly to f32 once per
-//   4 rows of x, FMAs.
+//   4 rows of x, FMAs. On AVX2, with its 16 vector registers, tiles of 4 x 3 and panels of 12.
 //
 // Blocking: a thread takes panels of kPanelRows weight rows (16 rows of K <= 8192 are <= 256 KiB
 // at 2 bytes, in L2) and runs every 4-row block of x over the panel, so a weight byte comes
@@ -24,15 +24,12 @@
 #include "backends/cpu/dot.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/simd.h"
+#include "base/error.h"
 
 #define HEARTH_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 namespace hearth::cpu {
 namespace {
-
-constexpr int64_t kTileRows = 4;    // rows of x in a register tile
-constexpr int64_t kTileCols = 4;    // weight rows in a register tile
-constexpr int64_t kPanelRows = 16;  // weight rows a thread claims at a time
 
 int64_t padded_k(int64_t K) { return (K + 31) / 32 * 32; }
 
@@ -121,10 +118,43 @@ HEARTH_AVX512 void fma_tile_dots(const float* x, int64_t K, const uint8_t* w, fl
   }
 }
 
+// AVX2 (16 vector registers): 4 rows of x against 3 weight rows, 8 lanes a step; the last
+// K % 8 products in scalar code, added after the lanes.
+template <DType BT, int kT, int kN>
+HEARTH_AVX2 inline __attribute__((always_inline)) void avx2_step(__m256 (&acc)[kT][kN], const float* x, int64_t K,
+                                                                 const uint8_t* w, int64_t k) {
+  constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
+  __m256 wv[kN];
+  for (int n = 0; n < kN; ++n) wv[n] = simd::load8<BT>(w + n * K * kElem, k);
+  for (int t = 0; t < kT; ++t) {
+    const __m256 xv = _mm256_loadu_ps(x + t * K + k);
+    for (int n = 0; n < kN; ++n) acc[t][n] = _mm256_fmadd_ps(xv, wv[n], acc[t][n]);
+  }
+}
+
+template <DType BT, int kT, int kN>
+HEARTH_AVX2 void avx2_tile_dots(const float* x, int64_t K, const uint8_t* w, float out[kT][kN]) {
+  constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
+  __m256 acc[kT][kN];
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) acc[t][n] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) avx2_step<BT, kT, kN>(acc, x, K, w, k);
+  for (int t = 0; t < kT; ++t) {
+    for (int n = 0; n < kN; ++n) {
+      float sum = simd::hsum8(acc[t][n]);
+      for (int64_t j = k; j < K; ++j) sum += x[t * K + j] * load_scalar(w + n * K * kElem, BT, j);
+      out[t][n] = sum;
+    }
+  }
+}
+
 // The two kernels as tile sources: dots<kT, kN>(t0, n0, out) fills out with the tile whose
 // corner is (t0, n0).
 struct Bf16Dots {
-  const uint16_t* xb;  // [T, Kp]
+  static constexpr int kRows = 4, kCols = 4, kPanel = 16;  // tile rows (x), tile and panel columns (w)
+  const uint16_t* xb;                                      // [T, Kp]
   int64_t Kp;
   const uint16_t* w;
   int64_t K;
@@ -136,6 +166,7 @@ struct Bf16Dots {
 
 template <DType BT>
 struct FmaDots {
+  static constexpr int kRows = 4, kCols = 4, kPanel = 16;
   const float* x;  // [T, K]
   const uint8_t* w;
   int64_t K;
@@ -143,6 +174,19 @@ struct FmaDots {
   void dots(int64_t t0, int64_t n0, float out[kT][kN]) const {
     constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
     fma_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
+  }
+};
+
+template <DType BT>
+struct Avx2Dots {
+  static constexpr int kRows = 4, kCols = 3, kPanel = 12;
+  const float* x;  // [T, K]
+  const uint8_t* w;
+  int64_t K;
+  template <int kT, int kN>
+  void dots(int64_t t0, int64_t n0, float out[kT][kN]) const {
+    constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
+    avx2_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
   }
 };
 
@@ -161,26 +205,28 @@ void run_tile(const Tiles& tiles, int64_t t0, int64_t n0, const Output& o) {
   }
 }
 
-// Tiles of any size up to 4 x 4, by template so the accumulators stay in registers.
+// Tiles of any size up to Tiles::kRows x Tiles::kCols, by template so the accumulators stay
+// in registers.
 template <class Tiles, int kT>
 void run_tile_rows(const Tiles& tiles, int64_t cols, int64_t t0, int64_t n0, const Output& o) {
-  switch (cols) {
-    case 1: run_tile<Tiles, kT, 1>(tiles, t0, n0, o); break;
-    case 2: run_tile<Tiles, kT, 2>(tiles, t0, n0, o); break;
-    case 3: run_tile<Tiles, kT, 3>(tiles, t0, n0, o); break;
-    default: run_tile<Tiles, kT, 4>(tiles, t0, n0, o); break;
+  if (cols == 1) return run_tile<Tiles, kT, 1>(tiles, t0, n0, o);
+  if (cols == 2) return run_tile<Tiles, kT, 2>(tiles, t0, n0, o);
+  if constexpr (Tiles::kCols >= 4) {
+    if (cols == 4) return run_tile<Tiles, kT, 4>(tiles, t0, n0, o);
   }
+  run_tile<Tiles, kT, 3>(tiles, t0, n0, o);
 }
 
 template <class Tiles>
 void run_panels(ThreadPool* pool, const Tiles& tiles, int64_t T, const Output& o) {
+  static_assert(Tiles::kRows == 4 && (Tiles::kCols == 3 || Tiles::kCols == 4) && Tiles::kPanel % Tiles::kCols == 0);
   auto run = [&](int64_t begin, int64_t end) {
     for (int64_t panel = begin; panel < end; ++panel) {
-      const int64_t n_begin = panel * kPanelRows, n_end = std::min(o.N, n_begin + kPanelRows);
-      for (int64_t t0 = 0; t0 < T; t0 += kTileRows) {
-        for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileCols) {
-          const int64_t cols = std::min(kTileCols, n_end - n0);
-          switch (std::min(kTileRows, T - t0)) {
+      const int64_t n_begin = panel * Tiles::kPanel, n_end = std::min<int64_t>(o.N, n_begin + Tiles::kPanel);
+      for (int64_t t0 = 0; t0 < T; t0 += Tiles::kRows) {
+        for (int64_t n0 = n_begin; n0 < n_end; n0 += Tiles::kCols) {
+          const int64_t cols = std::min<int64_t>(Tiles::kCols, n_end - n0);
+          switch (std::min<int64_t>(Tiles::kRows, T - t0)) {
             case 1: run_tile_rows<Tiles, 1>(tiles, cols, t0, n0, o); break;
             case 2: run_tile_rows<Tiles, 2>(tiles, cols, t0, n0, o); break;
             case 3: run_tile_rows<Tiles, 3>(tiles, cols, t0, n0, o); break;
@@ -190,7 +236,7 @@ void run_panels(ThreadPool* pool, const Tiles& tiles, int64_t T, const Output& o
       }
     }
   };
-  const int64_t panels = (o.N + kPanelRows - 1) / kPanelRows;
+  const int64_t panels = (o.N + Tiles::kPanel - 1) / Tiles::kPanel;
   if (pool != nullptr) {
     pool->parallel_for(panels, 1, run);
   } else {
@@ -208,10 +254,17 @@ void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, co
   run_panels(pool, Bf16Dots{xb.data(), Kp, w, K}, T, Output{y, N, bias});
 }
 
-void matmul_fma_tiles(ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type, int64_t N,
-                      const float* bias, float* y) {
+void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type,
+                      int64_t N, const float* bias, float* y) {
+  HEARTH_CHECK(isa == Isa::kAvx512 || isa == Isa::kAvx2);
   const auto* wb = static_cast<const uint8_t*>(w);
-  dispatch_float(w_type, [&]<DType BT>() { run_panels(pool, FmaDots<BT>{x, wb, K}, T, Output{y, N, bias}); });
+  dispatch_float(w_type, [&]<DType BT>() {
+    if (isa == Isa::kAvx512) {
+      run_panels(pool, FmaDots<BT>{x, wb, K}, T, Output{y, N, bias});
+    } else {
+      run_panels(pool, Avx2Dots<BT>{x, wb, K}, T, Output{y, N, bias});
+    }
+  });
 }
 
 }  // namespace hearth::cpu
