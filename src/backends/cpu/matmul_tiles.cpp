@@ -150,7 +150,7 @@ HEARTH_AVX2 void avx2_tile_dots(const float* x, int64_t K, const uint8_t* w, flo
   }
 }
 
-// The two kernels as tile sources: dots<kT, kN>(t0, n0, out) fills out with the tile whose
+// The kernels as tile sources: dots<kT, kN>(t0, n0, out) fills out with the tile whose
 // corner is (t0, n0).
 struct Bf16Dots {
   static constexpr int kRows = 4, kCols = 4, kPanel = 16;  // tile rows (x), tile and panel columns (w)
@@ -164,29 +164,21 @@ struct Bf16Dots {
   }
 };
 
-template <DType BT>
+// f32 x against float weights: AVX-512 tiles of 4 x 4, or AVX2 tiles of 4 x 3 (16 registers).
+template <DType BT, Isa kIsa>
 struct FmaDots {
-  static constexpr int kRows = 4, kCols = 4, kPanel = 16;
+  static constexpr int kRows = 4, kCols = kIsa == Isa::kAvx512 ? 4 : 3, kPanel = 4 * kCols;
   const float* x;  // [T, K]
   const uint8_t* w;
   int64_t K;
   template <int kT, int kN>
   void dots(int64_t t0, int64_t n0, float out[kT][kN]) const {
     constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
-    fma_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
-  }
-};
-
-template <DType BT>
-struct Avx2Dots {
-  static constexpr int kRows = 4, kCols = 3, kPanel = 12;
-  const float* x;  // [T, K]
-  const uint8_t* w;
-  int64_t K;
-  template <int kT, int kN>
-  void dots(int64_t t0, int64_t n0, float out[kT][kN]) const {
-    constexpr int64_t kElem = BT == DType::kF32 ? 4 : 2;
-    avx2_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
+    if constexpr (kIsa == Isa::kAvx512) {
+      fma_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
+    } else {
+      avx2_tile_dots<BT, kT, kN>(x + t0 * K, K, w + n0 * K * kElem, out);
+    }
   }
 };
 
@@ -260,9 +252,9 @@ void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int6
   const auto* wb = static_cast<const uint8_t*>(w);
   dispatch_float(w_type, [&]<DType BT>() {
     if (isa == Isa::kAvx512) {
-      run_panels(pool, FmaDots<BT>{x, wb, K}, T, Output{y, N, bias});
+      run_panels(pool, FmaDots<BT, Isa::kAvx512>{x, wb, K}, T, Output{y, N, bias});
     } else {
-      run_panels(pool, Avx2Dots<BT>{x, wb, K}, T, Output{y, N, bias});
+      run_panels(pool, FmaDots<BT, Isa::kAvx2>{x, wb, K}, T, Output{y, N, bias});
     }
   });
 }
