@@ -82,12 +82,18 @@ constexpr const char* kMlxLmOnlyFlags[] = {"--q-mode",     "--quant-predicate", 
 
 int run_convert(const std::vector<std::string>& raw_args) {
   std::vector<std::string> args;
-  for (const std::string& a : raw_args) {
+  for (size_t i = 0; i < raw_args.size(); ++i) {
+    const std::string& a = raw_args[i];
+    // A value of one of convert's own flags (a path may be spelled like anything) is not a flag.
+    const bool is_value =
+        i > 0 && (raw_args[i - 1] == "--mlx-path" || raw_args[i - 1] == "--out" || raw_args[i - 1] == "--hf-path" ||
+                  raw_args[i - 1] == "--type" || raw_args[i - 1] == "--to" || raw_args[i - 1] == "--q-bits" ||
+                  raw_args[i - 1] == "--q-group-size");
     for (const char* flag : kMlxLmOnlyFlags) {
-      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0)
+      if (!is_value && (a == flag || a.rfind(std::string(flag) + "=", 0) == 0))
         throw Unsupported(std::string("convert: mlx_lm.convert's ") + flag + " is not implemented");
     }
-    args.push_back(a == "-q" ? "--quantize" : a);
+    args.push_back(a == "-q" && !is_value ? "--quantize" : a);
   }
   std::string src, hf_path, mlx_path, to, type, out;
   bool quantize = false;

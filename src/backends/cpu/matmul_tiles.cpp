@@ -9,7 +9,8 @@
 //   (nearest even) into [T, Kp], Kp = K rounded up to 32 and zero-padded; vdpbf16ps takes the
 //   bf16 pairs as they are, 32 products an instruction. The CUDA backend's tensor cores and every
 //   peer's bf16 path round x the same way; products are exact in f32 and sums are f32
-//   (docs/numerics.md).
+//   (docs/numerics.md). Unlike f32_to_bf16, the instructions flush subnormal inputs (|x| below
+//   1.2e-38) to zero.
 // - Otherwise (matmul_fma_tiles): x in f32, each weight vector widened exactly to f32 once per
 //   4 rows of x, FMAs. On AVX2, with its 16 vector registers, tiles of 4 x 3 and panels of 12.
 //

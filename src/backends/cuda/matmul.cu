@@ -300,9 +300,13 @@ struct CublasApi {
 CublasApi load_cublas() {
   const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
   void* lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr)
-    lib = ::dlopen((std::string(HEARTH_CUDA_LIBRARY_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) throw std::runtime_error("cuBLAS: cannot load " + name + ": " + ::dlerror());
+  if (lib == nullptr) {
+    const std::string by_name = ::dlerror();
+    const std::string path = std::string(HEARTH_CUDA_LIBRARY_DIR) + "/" + name;
+    lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr)
+      throw std::runtime_error("cuBLAS: cannot load " + name + " (" + by_name + "; " + ::dlerror() + ")");
+  }
   auto symbol = [&]<class Fn>(Fn* out, const char* symbol_name) {
     *out = reinterpret_cast<Fn>(::dlsym(lib, symbol_name));
     if (*out == nullptr) throw std::runtime_error("cuBLAS: " + name + " has no " + symbol_name);
