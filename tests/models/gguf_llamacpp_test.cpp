@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 
+#include "backends/cpu/kernels.h"
 #include "base/mapped_file.h"
 #include "formats/gguf_model.h"
 #include "formats/safetensors.h"
@@ -118,17 +119,22 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCppGguf,
 // The weights of a qwen-family GGUF file (no q/k row permutation) dequantized to f32 by the
 // scalar codec (ggml_reference_test.cpp holds it to ggml's own, bit for bit), written as the HF
 // checkpoint the file stands for: a reference that runs no quantized kernel.
-std::string dequantized_checkpoint(const std::string& gguf, const testing::TempDir& dir) {
+// With matrices_in_bf16, every matrix but the embedding table is stored rounded to bf16.
+std::string dequantized_checkpoint(const std::string& gguf, const testing::TempDir& dir,
+                                   bool matrices_in_bf16 = false) {
   const GgufCheckpoint ck = open_gguf_checkpoint(gguf);
   write_file_atomic(dir.file("config.json"), ck.config.dump());
   std::vector<SafetensorsWriter::Spec> specs;
   std::vector<Tensor> tensors;
   for (const GgufTensorInfo& t : ck.file->tensors()) {
     tensors.push_back(ck.file->dequantize(t));
+    const std::string name = gguf_to_hf_name(t.name);
+    if (matrices_in_bf16 && tensors.back().rank() == 2 && name != "model.embed_tokens.weight")
+      tensors.back() = tensors.back().to(DType::kBF16);
     const Shape& shape = tensors.back().shape();
     std::vector<int64_t> dims;
     for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
-    specs.push_back({gguf_to_hf_name(t.name), DType::kF32, dims});
+    specs.push_back({name, tensors.back().dtype(), dims});
   }
   SafetensorsWriter w(dir.file("model.safetensors"), specs);
   for (const Tensor& t : tensors) w.write(t);
@@ -140,7 +146,7 @@ std::string dequantized_checkpoint(const std::string& gguf, const testing::TempD
 // libllama, scripts/fixtures/llamacpp_quantize.py) to Q4_K_M: its own choice of Q4_K and Q6_K
 // tensors, written by its C++ GGUF writer, of a random qwen3 model with 256-wide rows
 // (make_random_model --preset tiny-256). On the K-quant kernels it gives the logits of its
-// weights dequantized to f32, within the bound of x rounded to int8 (docs/numerics.md).
+// weights dequantized (docs/numerics.md).
 TEST(LlamaCppQuantized, Q4KMRunsAsItsDequantizedWeights) {
   const std::string path = testing::data_path("gguf_llamacpp/tiny_256-q4_k_m.gguf");
   auto file = GgufFile::open(path);
@@ -152,17 +158,22 @@ TEST(LlamaCppQuantized, Q4KMRunsAsItsDequantizedWeights) {
 
   testing::TempDir tmp;
   auto quantized = load_model(path);
-  auto reference = load_model(dequantized_checkpoint(path, tmp));
-  EXPECT_EQ(quantized->info().vocab_size, 1000);
   std::vector<int32_t> tokens;
   for (int32_t i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 997);
+  // Where prefill takes the K-quant tiles in bf16 (AVX512-BF16), the reference holds the same
+  // matrices rounded to bf16, which the dense kernel applies the same way (x rounded to bf16);
+  // the embedding rows stay exact in both.
+  const bool bf16_tiles =
+      cpu::matmul_rounds_x_to_bf16(cpu::active_isa(), DType::kBF16, static_cast<int64_t>(tokens.size()));
+  auto reference = load_model(dequantized_checkpoint(path, tmp, bf16_tiles));
+  EXPECT_EQ(quantized->info().vocab_size, 1000);
   const Tensor want = prefill_logits(*reference, tokens), got = prefill_logits(*quantized, tokens);
   const double kl = testing::mean_kl(want, got);
   const float rel = testing::max_abs_diff(got, want) / testing::max_abs(want);
   std::printf("tiny_256 Q4_K_M: mean KL %.3g, max |dlogit| / max |logit| %.3g\n", kl, rel);
-  EXPECT_GT(rel, 0.0f);  // the kernels round x to int8: not the reference's arithmetic
-  // Measured 4.3e-9 and 3.7e-4: a random model's logits are flat, so a wrongly decoded block
-  // (weights off by a whole step or scale) shows in the logits' size, not in the KL.
+  // Measured 4.3e-9 and 3.7e-4 against f32 (the KV caches differ: f16 and f32), 0 and 0 against
+  // the bf16 matrices: a random model's logits are flat, so a wrongly decoded block (weights off
+  // by a whole step or scale) shows in the logits' size, not in the KL.
   EXPECT_LE(kl, 1e-6);
   EXPECT_LE(rel, 5e-3);
 }

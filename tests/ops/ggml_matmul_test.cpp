@@ -7,6 +7,7 @@
 #include <random>
 
 #include "backends/cpu/ggml_kernels.h"
+#include "backends/cpu/kernels.h"
 #include "core/dtype.h"
 #include "core/ops.h"
 #include "core/quant.h"
@@ -136,11 +137,15 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
             const bool int8_x =
                 T <= 4 && k_quant &&
                 ((isa == Isa::kAvx512 && cpu::has_avx512_vnni()) || (isa == Isa::kAvx2 && !w.in_lanes()));
+            // Prefill tiles dequantized to bf16 (AVX512-BF16): x and each weight rounded to bf16,
+            // each product within 2^-8 of its own size.
+            const bool bf16_tiles = T > 4 && cpu::matmul_rounds_x_to_bf16(isa, DType::kBF16, T);
             for (size_t i = 0; i < got.size(); ++i) {
               const double rounding = int8_x ? int8_rounding(x.data(), dense.data(), static_cast<int64_t>(i) / N,
                                                              static_cast<int64_t>(i) % N, K, 256)
                                              : 0.0;
-              const float err = std::abs(got[i] - ref[i]) / (1e-5f * scale[i] + 1e-6f + static_cast<float>(rounding));
+              const float bound = (bf16_tiles ? 0x1p-8f : 1e-5f) * scale[i] + 1e-6f + static_cast<float>(rounding);
+              const float err = std::abs(got[i] - ref[i]) / bound;
               if (!(err <= worst)) worst = err, where = i;
             }
             EXPECT_LE(worst, 1.0f) << ggml_type_name(type) << " " << cpu::isa_name(isa) << " N=" << N << " K=" << K
@@ -176,9 +181,13 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
           (cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() &&
            (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K)) ||
           (cpu::active_isa() == Isa::kAvx2 && (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) && rows <= 4);
+      // Prefill tiles in bf16 (AVX512-BF16): each product within 2^-8 of its size.
+      const bool bf16_tiles = rows > 4 && cpu::matmul_rounds_x_to_bf16(cpu::active_isa(), DType::kBF16, rows);
       for (int64_t t = 0; t < rows; ++t) {
         for (int64_t n = 0; n < N; ++n) {
-          const double rounding = int8_x ? int8_rounding(xv.data(), dense.data<float>(), t, n, K, 256) : 0.0;
+          double rounding = int8_x ? int8_rounding(xv.data(), dense.data<float>(), t, n, K, 256) : 0.0;
+          for (int64_t k = 0; bf16_tiles && k < K; ++k)
+            rounding += 0x1p-8 * std::abs(double(xv[t * K + k]) * dense.data<float>()[n * K + k]);
           ASSERT_NEAR(got.data<float>()[t * N + n], want.data<float>()[t * N + n],
                       1e-4f * (1.0f + testing::max_abs(want)) + rounding)
               << ggml_type_name(type);

@@ -3,8 +3,8 @@
 // unpacked in registers: a Q8_0 block is d | 32 int8 codes, a Q4_0 block d | 16 bytes whose low
 // nibbles are elements 0..15 and high nibbles 16..31, so both halves meet contiguous x and
 // w = d * q is formed in registers. The other types dequantize the row into a buffer and take
-// a vector dot. Prefill (many rows of x) dequantizes tiles of rows into f32 and reuses the
-// dense matmul, which is compute bound anyway (as quant_matmul.cpp does for MLX affine).
+// a vector dot. Prefill (many rows of x) dequantizes tiles of rows and runs them through the
+// dense tiles (dequantized_tiles_matmul; in bf16 on AVX512-BF16), as quant_matmul.cpp does.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -20,7 +20,7 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kDecodeRows = 4;  // x rows up to which the decode paths run
-constexpr int64_t kTileRows = 32;   // weight rows dequantized per prefill tile
+constexpr int64_t kTileRows = 32;   // weight rows a prefill chunk dequantizes at a time
 
 const uint8_t* row_of(const GgmlMatrix& w, int64_t n) { return w.blocks + static_cast<size_t>(n) * w.row_bytes; }
 
@@ -114,19 +114,6 @@ void rows_decode_avx512(const float* x, int64_t T, const GgmlMatrix& w, const fl
   }
 }
 
-// Prefill: dequantize kTileRows weight rows, multiply them with all of x through the dense
-// kernel (single-threaded inside; the caller splits tiles across threads).
-void rows_tiled(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
-                int64_t n1) {
-  std::vector<float> tile(static_cast<size_t>(kTileRows * w.K)), part(static_cast<size_t>(T * kTileRows));
-  for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
-    const int64_t rows = std::min(kTileRows, n1 - t0);
-    for (int64_t r = 0; r < rows; ++r) ggml_dequantize_row(w, t0 + r, tile.data() + r * w.K);
-    matmul(isa, nullptr, x, T, w.K, tile.data(), DType::kF32, rows, bias != nullptr ? bias + t0 : nullptr, part.data());
-    for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * w.N + t0, part.data() + t * rows, rows * sizeof(float));
-  }
-}
-
 }  // namespace
 
 void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias,
@@ -138,11 +125,16 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
   if (isa == Isa::kAvx2 && ggml_matmul_avx2(pool, x, T, w, bias, y)) return;
   std::function<void(int64_t, int64_t)> run;
   int64_t grain_rows = 16;
+  TileX tile_x{};
   if (isa == Isa::kScalar) {
     run = [&](int64_t a, int64_t b) { rows_scalar(x, T, w, bias, y, a, b); };
   } else if (T > kDecodeRows) {
     grain_rows = kTileRows;
-    run = [&](int64_t a, int64_t b) { rows_tiled(isa, x, T, w, bias, y, a, b); };
+    tile_x = prepare_tile_x(isa, x, T, w.K);
+    run = [&](int64_t a, int64_t b) {
+      dequantized_tiles_matmul(
+          isa, tile_x, T, w.K, w.N, [&](int64_t n, float* out) { ggml_dequantize_row(w, n, out); }, bias, y, a, b);
+    };
   } else if (isa == Isa::kAvx512 && w.type == GgmlType::kQ8_0) {
     run = [&](int64_t a, int64_t b) { rows_decode_avx512<GgmlType::kQ8_0>(x, T, w, bias, y, a, b); };
   } else if (isa == Isa::kAvx512 && w.type == GgmlType::kQ4_0) {

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "backends/cpu/isa.h"
 #include "base/thread_pool.h"
@@ -32,6 +34,19 @@ void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, co
                       const float* bias, float* y);
 void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type,
                       int64_t N, const float* bias, float* y);
+// Prefill of a quantized matrix [N, K] (rows n0..n1 of y: [T, N]): 32 rows at a time are
+// dequantized (dequantize_row(n, out[K])) and go through the dense tiles, single-threaded (the
+// caller splits rows). x comes prepared once per call: rounded to bf16 where
+// matmul_rounds_x_to_bf16(isa, kBF16, T), and then the tiles are bf16 too; else f32.
+struct TileX {
+  const float* x;              // [T, K]
+  std::vector<uint16_t> bf16;  // [T, Kp] or empty
+  int64_t Kp;                  // K rounded up to 32
+};
+TileX prepare_tile_x(Isa isa, const float* x, int64_t T, int64_t K);
+void dequantized_tiles_matmul(Isa isa, const TileX& x, int64_t T, int64_t K, int64_t N,
+                              const std::function<void(int64_t, float*)>& dequantize_row, const float* bias, float* y,
+                              int64_t n0, int64_t n1);
 
 // x: [rows, d] -> y: [rows, d]; y = x * rsqrt(mean(x^2) + eps) * w. y may equal x.
 void rms_norm(Isa isa, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y);

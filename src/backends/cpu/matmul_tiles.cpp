@@ -20,6 +20,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backends/cpu/dot.h"
@@ -184,9 +186,11 @@ struct FmaDots {
 };
 
 struct Output {
-  float* y;  // [T, N]
+  float* y;  // [T, ldy], columns 0 .. N written
   int64_t N;
   const float* bias;
+  int64_t ldy = 0;  // 0: N
+  int64_t stride() const { return ldy != 0 ? ldy : N; }
 };
 
 template <class Tiles, int kT, int kN>
@@ -194,7 +198,7 @@ void run_tile(const Tiles& tiles, int64_t t0, int64_t n0, const Output& o) {
   float out[kT][kN];
   tiles.template dots<kT, kN>(t0, n0, out);
   for (int t = 0; t < kT; ++t) {
-    for (int n = 0; n < kN; ++n) o.y[(t0 + t) * o.N + n0 + n] = out[t][n] + (o.bias ? o.bias[n0 + n] : 0.0f);
+    for (int n = 0; n < kN; ++n) o.y[(t0 + t) * o.stride() + n0 + n] = out[t][n] + (o.bias ? o.bias[n0 + n] : 0.0f);
   }
 }
 
@@ -241,10 +245,17 @@ void run_panels(ThreadPool* pool, const Tiles& tiles, int64_t T, const Output& o
 
 void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, const uint16_t* w, int64_t N,
                       const float* bias, float* y) {
-  const int64_t Kp = padded_k(K);
-  std::vector<uint16_t> xb(static_cast<size_t>(T * Kp));
-  round_rows_to_bf16(x, T, K, xb.data());
-  run_panels(pool, Bf16Dots{xb.data(), Kp, w, K}, T, Output{y, N, bias});
+  const TileX xb = prepare_tile_x(Isa::kAvx512, x, T, K);
+  run_panels(pool, Bf16Dots{xb.bf16.data(), xb.Kp, w, K}, T, Output{y, N, bias});
+}
+
+TileX prepare_tile_x(Isa isa, const float* x, int64_t T, int64_t K) {
+  TileX out{x, {}, padded_k(K)};
+  if (matmul_rounds_x_to_bf16(isa, DType::kBF16, T)) {
+    out.bf16.resize(static_cast<size_t>(T * out.Kp));
+    round_rows_to_bf16(x, T, K, out.bf16.data());
+  }
+  return out;
 }
 
 void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type,
@@ -258,6 +269,44 @@ void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int6
       run_panels(pool, FmaDots<BT, Isa::kAvx2>{x, wb, K}, T, Output{y, N, bias});
     }
   });
+}
+
+void dequantized_tiles_matmul(Isa isa, const TileX& x, int64_t T, int64_t K, int64_t N,
+                              const std::function<void(int64_t, float*)>& dequantize_row, const float* bias, float* y,
+                              int64_t n0, int64_t n1) {
+  constexpr int64_t kRows = 32;
+  // Where x was rounded to bf16, the tile goes in bf16 to the bf16 dots: twice the products a
+  // cycle, for one more rounding of each weight (docs/numerics.md).
+  const bool in_bf16 = !x.bf16.empty();
+  std::vector<float> row(static_cast<size_t>(K)), tile(in_bf16 ? 0 : static_cast<size_t>(kRows * K));
+  std::vector<uint16_t> tile16(in_bf16 ? static_cast<size_t>(kRows * K) : 0);
+  for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
+    const int64_t rows = std::min(kRows, n1 - r0);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (in_bf16) {
+        dequantize_row(r0 + r, row.data());
+        store_f32_as(isa, row.data(), DType::kBF16, tile16.data() + r * K, K);
+      } else {
+        dequantize_row(r0 + r, tile.data() + r * K);
+      }
+    }
+    // Straight into y's columns r0 .. r0 + rows (row stride N).
+    const Output out{y + r0, rows, bias != nullptr ? bias + r0 : nullptr, N};
+    if (in_bf16) {
+      run_panels(nullptr, Bf16Dots{x.bf16.data(), x.Kp, tile16.data(), K}, T, out);
+    } else if (isa == Isa::kScalar) {
+      std::vector<float> part(static_cast<size_t>(T * rows));
+      matmul(isa, nullptr, x.x, T, K, tile.data(), DType::kF32, rows, out.bias, part.data());
+      for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * N + r0, part.data() + t * rows, rows * sizeof(float));
+    } else {
+      const auto* w = reinterpret_cast<const uint8_t*>(tile.data());
+      if (isa == Isa::kAvx512) {
+        run_panels(nullptr, FmaDots<DType::kF32, Isa::kAvx512>{x.x, w, K}, T, out);
+      } else {
+        run_panels(nullptr, FmaDots<DType::kF32, Isa::kAvx2>{x.x, w, K}, T, out);
+      }
+    }
+  }
 }
 
 }  // namespace hearth::cpu

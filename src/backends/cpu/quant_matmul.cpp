@@ -6,8 +6,8 @@
 // so the kernel needs only the code-weighted dot; the group sums of x are computed once per
 // call. For 4 bits, byte j of a 32-element chunk holds elements 2j (low nibble) and 2j + 1
 // (high nibble): x is permuted per chunk into [evens, odds] so both nibble vectors meet
-// contiguous x. Prefill (many rows of x) dequantizes tiles of rows into f32 and reuses the
-// dense matmul, which is compute bound anyway.
+// contiguous x. Prefill (many rows of x) dequantizes tiles of rows and runs them through the
+// dense tiles (dequantized_tiles_matmul; in bf16 on AVX512-BF16).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -159,27 +159,13 @@ void rows_decode(Isa isa, const float* xq, const float* xsum, int64_t T, const A
   (void)isa;
 }
 
-// Prefill: dequantize kTileRows weight rows, multiply them with all of x through the dense
-// kernel (single-threaded inside; the caller splits tiles across threads).
-void rows_tiled(Isa isa, const float* x, int64_t T, const AffineMatrix& w, const float* bias, float* y, int64_t n0,
-                int64_t n1) {
-  const int64_t groups = w.K / w.group_size;
-  std::vector<float> tile(static_cast<size_t>(kTileRows * w.K)), s(static_cast<size_t>(groups)),
-      b(static_cast<size_t>(groups)), part(static_cast<size_t>(T * kTileRows));
-  for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
-    const int64_t rows = std::min(kTileRows, n1 - t0);
-    for (int64_t r = 0; r < rows; ++r) dequantize_row(w, t0 + r, s.data(), b.data(), tile.data() + r * w.K);
-    matmul(isa, nullptr, x, T, w.K, tile.data(), DType::kF32, rows, bias != nullptr ? bias + t0 : nullptr, part.data());
-    for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * w.N + t0, part.data() + t * rows, rows * sizeof(float));
-  }
-}
-
 }  // namespace
 
 void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
                    float* y) {
   const bool fast_bits = w.bits == 4 || w.bits == 8;
   std::function<void(int64_t, int64_t)> run;
+  TileX tile_x{};
   std::vector<float> xq, xsum;
   int64_t grain_rows = 16;
   if (w.panels && runs_panel_kernels(isa)) {
@@ -194,7 +180,14 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
     run = [&, xp](int64_t a, int64_t b) { rows_decode(isa, xp, xsum.data(), T, w, bias, y, a, b); };
   } else if (isa != Isa::kScalar && T > kDecodeRows) {
     grain_rows = kTileRows;
-    run = [&](int64_t a, int64_t b) { rows_tiled(isa, x, T, w, bias, y, a, b); };
+    tile_x = prepare_tile_x(isa, x, T, w.K);
+    run = [&](int64_t a, int64_t b) {
+      const int64_t groups = w.K / w.group_size;
+      std::vector<float> s(static_cast<size_t>(groups)), bs(static_cast<size_t>(groups));
+      dequantized_tiles_matmul(
+          isa, tile_x, T, w.K, w.N, [&](int64_t n, float* out) { dequantize_row(w, n, s.data(), bs.data(), out); },
+          bias, y, a, b);
+    };
   } else {
     run = [&](int64_t a, int64_t b) { rows_scalar(x, T, w, bias, y, a, b); };
   }
