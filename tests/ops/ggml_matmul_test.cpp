@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backends/cpu/ggml_kernels.h"
@@ -153,6 +154,32 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
                                    << ": worst element " << where << " got " << got[where] << " want " << ref[where];
           }
         }
+      }
+    }
+  }
+}
+
+// The prefill's row decode (the AVX-512 Q4_K lanes decode where it runs) gives the reference's
+// values bit for bit.
+TEST(GgmlMatmul, RowDecodeIsTheReferenceBitForBit) {
+  std::mt19937_64 rng(5);
+  for (GgmlType type : kTypes) {
+    const int64_t N = 3, K = 4 * ggml_type_info(type).block_size;
+    const std::vector<uint8_t> blocks = random_blocks(type, N, K, rng);
+    std::vector<cpu::GgmlMatrix> layouts = {{blocks.data(), type, N, K, row_bytes(type, K)}};
+    std::vector<uint8_t> lanes(blocks.size());
+    if (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) {
+      const int64_t n_blocks = static_cast<int64_t>(blocks.size() / ggml_type_info(type).block_bytes);
+      (type == GgmlType::kQ6_K ? q6_k_blocks_to_lanes : q4_k_blocks_to_lanes)(blocks.data(), lanes.data(), n_blocks);
+      layouts.push_back({lanes.data(), type, N, K, row_bytes(type, K), GgmlLayout::kLanes});
+    }
+    for (const cpu::GgmlMatrix& w : layouts) {
+      for (int64_t n = 0; n < N; ++n) {
+        std::vector<float> want(static_cast<size_t>(K)), got(static_cast<size_t>(K));
+        dequantize_row(type, blocks.data() + n * w.row_bytes, want.data(), K);
+        cpu::ggml_dequantize_row(w, n, got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << ggml_type_name(type) << " lanes=" << w.in_lanes() << " row " << n;
       }
     }
   }
