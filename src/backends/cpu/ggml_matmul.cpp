@@ -65,6 +65,46 @@ HEARTH_AVX512 void dequantize_q4_k_lanes_avx512(const uint8_t* p, float* dst, in
   }
 }
 
+// A Q6_K row in lanes -> n floats, bit for bit dequantize_lanes's: chunk v's 48 bytes hold 64
+// six-bit codes, 8 to each 6 bytes, the k-th that of element 16 (k / 4) + 4v + k % 4, so 4
+// codes give 4 consecutive elements of sub-block k / 4; x = (d * sc[s]) * (q - 32). vpermb puts
+// each 6 bytes in a 64-bit lane and vpmultishiftqb takes its 8 codes out.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c"))) void dequantize_q6_k_lanes_vbmi(
+    const uint8_t* p, float* dst, int64_t n) {
+  alignas(64) uint8_t gather[64], shifts[64];
+  for (int lane = 0; lane < 8; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      gather[8 * lane + i] = static_cast<uint8_t>(6 * lane + std::min(i, 5));
+      shifts[8 * lane + i] = static_cast<uint8_t>(6 * i);
+    }
+  }
+  const __m512i gather_v = _mm512_load_si512(gather), shifts_v = _mm512_load_si512(shifts);
+  const __m512i six = _mm512_set1_epi8(63), bias = _mm512_set1_epi32(32);
+  for (int64_t b = 0; b < n / 256; ++b, p += sizeof(BlockQ6_K), dst += 256) {
+    const float d = f16_to_f32(static_cast<uint16_t>(p[208] | p[209] << 8));
+    alignas(64) float ds[16];
+    for (int s = 0; s < 16; ++s) ds[s] = d * static_cast<float>(static_cast<int8_t>(p[192 + s]));
+    const __m512 ds_v = _mm512_load_ps(ds);
+    for (int v = 0; v < 4; ++v) {
+      const __m512i raw = _mm512_maskz_loadu_epi8(0xFFFFFFFFFFFFull, p + 48 * v);
+      alignas(64) uint8_t codes[64];
+      _mm512_store_si512(
+          codes, _mm512_and_si512(_mm512_multishift_epi64_epi8(shifts_v, _mm512_permutexvar_epi8(gather_v, raw)), six));
+      for (int j = 0; j < 4; ++j) {  // codes 16j .. 16j + 15: sub-blocks 4j .. 4j + 3
+        const __m512i q = _mm512_sub_epi32(
+            _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(codes + 16 * j))), bias);
+        const __m512i sub = _mm512_add_epi32(
+            _mm512_set1_epi32(4 * j),
+            _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
+        const __m512 x = _mm512_mul_ps(_mm512_permutexvar_ps(sub, ds_v), _mm512_cvtepi32_ps(q));
+        alignas(64) float out[16];
+        _mm512_store_ps(out, x);
+        for (int g = 0; g < 4; ++g) std::memcpy(dst + 16 * (4 * j + g) + 4 * v, out + 4 * g, 4 * sizeof(float));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out) {
@@ -72,6 +112,10 @@ void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out) {
   // Q4_K_M model's pp512 (bench/RESULTS.md, stop 49).
   if (w.type == GgmlType::kQ4_K && w.in_lanes() && isa_supported(Isa::kAvx512)) {
     dequantize_q4_k_lanes_avx512(row_of(w, n), out, w.K);
+    return;
+  }
+  if (w.type == GgmlType::kQ6_K && w.in_lanes() && has_avx512_vbmi()) {
+    dequantize_q6_k_lanes_vbmi(row_of(w, n), out, w.K);
     return;
   }
   dequantize_row(w.type, w.layout, row_of(w, n), out, w.K);
