@@ -20,7 +20,6 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kDecodeRows = 4;  // x rows up to which the decode paths run
-constexpr int64_t kTileRows = 32;   // weight rows a prefill chunk dequantizes at a time
 
 const uint8_t* row_of(const GgmlMatrix& w, int64_t n) { return w.blocks + static_cast<size_t>(n) * w.row_bytes; }
 
@@ -220,7 +219,7 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
   if (isa == Isa::kScalar) {
     run = [&](int64_t a, int64_t b) { rows_scalar(x, T, w, bias, y, a, b); };
   } else if (T > kDecodeRows) {
-    grain_rows = kTileRows;
+    grain_rows = kDequantTileRows;
     tile_x = prepare_tile_x(isa, x, T, w.K);
     run = [&](int64_t a, int64_t b) {
       dequantized_tiles_matmul(

@@ -34,10 +34,11 @@ void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, co
                       const float* bias, float* y);
 void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int64_t K, const void* w, DType w_type,
                       int64_t N, const float* bias, float* y);
-// Prefill of a quantized matrix [N, K] (rows n0..n1 of y: [T, N]): 32 rows at a time are
-// dequantized (dequantize_row(n, out[K])) and go through the dense tiles, single-threaded (the
-// caller splits rows). x comes prepared once per call: rounded to bf16 where
-// matmul_rounds_x_to_bf16(isa, kBF16, T), and then the tiles are bf16 too; else f32.
+// Prefill of a quantized matrix [N, K] (rows n0..n1 of y: [T, N]) on AVX-512 or AVX2:
+// kDequantTileRows rows at a time are dequantized (dequantize_row(n, out[K])) and go through the
+// dense tiles, single-threaded (the caller splits rows, best in multiples of kDequantTileRows). x comes prepared once
+// per call: rounded to bf16 where matmul_rounds_x_to_bf16(isa, kBF16, T), and then the tiles are bf16 too; else f32.
+constexpr int64_t kDequantTileRows = 32;
 struct TileX {
   const float* x;              // [T, K]
   std::vector<uint16_t> bf16;  // [T, Kp] or empty

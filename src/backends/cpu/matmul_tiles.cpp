@@ -20,7 +20,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -274,7 +273,8 @@ void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int6
 void dequantized_tiles_matmul(Isa isa, const TileX& x, int64_t T, int64_t K, int64_t N,
                               const std::function<void(int64_t, float*)>& dequantize_row, const float* bias, float* y,
                               int64_t n0, int64_t n1) {
-  constexpr int64_t kRows = 32;
+  HEARTH_CHECK(isa == Isa::kAvx512 || isa == Isa::kAvx2);
+  constexpr int64_t kRows = kDequantTileRows;
   // Where x was rounded to bf16, the tile goes in bf16 to the bf16 dots: twice the products a
   // cycle, for one more rounding of each weight (docs/numerics.md).
   const bool in_bf16 = !x.bf16.empty();
@@ -294,10 +294,6 @@ void dequantized_tiles_matmul(Isa isa, const TileX& x, int64_t T, int64_t K, int
     const Output out{y + r0, rows, bias != nullptr ? bias + r0 : nullptr, N};
     if (in_bf16) {
       run_panels(nullptr, Bf16Dots{x.bf16.data(), x.Kp, tile16.data(), K}, T, out);
-    } else if (isa == Isa::kScalar) {
-      std::vector<float> part(static_cast<size_t>(T * rows));
-      matmul(isa, nullptr, x.x, T, K, tile.data(), DType::kF32, rows, out.bias, part.data());
-      for (int64_t t = 0; t < T; ++t) std::memcpy(y + t * N + r0, part.data() + t * rows, rows * sizeof(float));
     } else {
       const auto* w = reinterpret_cast<const uint8_t*>(tile.data());
       if (isa == Isa::kAvx512) {

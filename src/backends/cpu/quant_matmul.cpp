@@ -23,7 +23,6 @@ namespace hearth::cpu {
 namespace {
 
 constexpr int64_t kDecodeRows = 4;  // x rows up to which the in-register path runs
-constexpr int64_t kTileRows = 32;   // weight rows dequantized per prefill tile
 
 float scale_at(const void* p, DType t, int64_t i) {
   if (t == DType::kF32) return static_cast<const float*>(p)[i];
@@ -179,7 +178,7 @@ void affine_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const A
     const float* xp = w.bits == 4 ? xq.data() : x;
     run = [&, xp](int64_t a, int64_t b) { rows_decode(isa, xp, xsum.data(), T, w, bias, y, a, b); };
   } else if (isa != Isa::kScalar && T > kDecodeRows) {
-    grain_rows = kTileRows;
+    grain_rows = kDequantTileRows;
     tile_x = prepare_tile_x(isa, x, T, w.K);
     run = [&](int64_t a, int64_t b) {
       const int64_t groups = w.K / w.group_size;
