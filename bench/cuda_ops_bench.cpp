@@ -321,6 +321,22 @@ int main(int argc, char** argv) {
     report(std::string(d.name) + " [T, 128256]", time_op(ctx, [&](int) { ops::sample(ctx, logits, rows, ids); }), 0,
            d.in_step ? 1 : 0, d.in_step ? &step_us : nullptr);
   }
+  // A request with logit processors or logprobs: its edits (a window of 64 tokens; identity
+  // edits, so the logits stay the same) and its logprobs on the device, against the row of
+  // logits that the host would read instead.
+  std::vector<LogitEdit> edit_list;
+  for (int64_t r = 0; r < T; ++r)
+    for (int32_t i = 0; i < 64; ++i) edit_list.push_back({.row = static_cast<int32_t>(r), .id = i * 1999});
+  const Tensor edits = Tensor::from_i32({static_cast<int64_t>(edit_list.size()), 5},
+                                        reinterpret_cast<const int32_t*>(edit_list.data()))
+                           .to_device(gpu);
+  Tensor edited = logits.to_device(gpu);
+  report("edit_logits 64 a row [T, 128256]", time_op(ctx, [&](int) { ops::edit_logits(ctx, edited, edits); }), 0, 0);
+  Tensor chosen = Tensor::empty({T}, DType::kF32, gpu), top_ids = Tensor::empty({T, 20}, DType::kI32, gpu),
+         top = Tensor::empty({T, 20}, DType::kF32, gpu);
+  report("logprobs top 20 [T, 128256]",
+         time_op(ctx, [&](int) { ops::logprobs(ctx, logits, ids, chosen, top_ids, top); }), 0, 0);
+  report("the logits to the host [T, 128256]", time_op(ctx, [&](int) { (void)logits.to_device(kCpu); }), 0, 0);
 
   const double params = 32.0 * (2 * D * D + 2 * Hkv * Dh * D + 3 * D * F) + static_cast<double>(V) * D;
   for (int f = 0; f < 3; ++f) {

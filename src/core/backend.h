@@ -52,6 +52,9 @@ class Backend {
   virtual void argmax(Context&, const Tensor& x, Tensor& ids) = 0;
   virtual void softmax(Context&, Tensor& x) = 0;
   virtual void sample(Context&, const Tensor& logits, const Tensor& rows, Tensor& ids) = 0;
+  virtual void edit_logits(Context&, Tensor& logits, const Tensor& edits) = 0;
+  virtual void logprobs(Context&, const Tensor& logits, const Tensor& ids, Tensor& chosen, Tensor& top_ids,
+                        Tensor& top) = 0;
   // Raises what the device's kernels reported since the last call (bad indices they skipped);
   // waits for the device's queued work where that is needed. Default: nothing to report.
   virtual void check_errors(Context&) {}

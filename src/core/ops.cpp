@@ -1,10 +1,12 @@
 #include "core/ops.h"
 
+#include <algorithm>
 #include <array>
 #include <initializer_list>
 #include <limits>
 
 #include "core/backend.h"
+#include "core/logprobs.h"
 
 namespace hearth {
 namespace {
@@ -488,6 +490,41 @@ void sample(Context& ctx, const Tensor& logits, const Tensor& rows, Tensor& ids)
     fail("sample", "expected ids [R] for logits " + logits.str());
   }
   backend_on(ctx, "sample", {&logits, &rows, &ids}).sample(ctx, logits, rows, ids);
+}
+
+void edit_logits(Context& ctx, Tensor& logits, const Tensor& edits) {
+  expect_dtype(logits, DType::kF32, "edit_logits", "logits");
+  expect_rank(logits, 2, "edit_logits", "logits");
+  expect_dtype(edits, DType::kI32, "edit_logits", "edits");
+  if (!(edits.rank() == 2 && edits.dim(1) == int64_t{sizeof(LogitEdit) / 4})) {
+    fail("edit_logits", "expected edits [E, 5], got " + edits.str());
+  }
+  if (edits.numel() == 0) return;
+  backend_on(ctx, "edit_logits", {&logits, &edits}).edit_logits(ctx, logits, edits);
+}
+
+void logprobs(Context& ctx, const Tensor& logits, const Tensor& ids, Tensor& chosen, Tensor& top_ids, Tensor& top) {
+  expect_dtype(logits, DType::kF32, "logprobs", "logits");
+  expect_rank(logits, 2, "logprobs", "logits");
+  expect_dtype(ids, DType::kI32, "logprobs", "ids");
+  expect_dtype(chosen, DType::kF32, "logprobs", "chosen");
+  expect_dtype(top_ids, DType::kI32, "logprobs", "top_ids");
+  expect_dtype(top, DType::kF32, "logprobs", "top");
+  const int64_t R = logits.dim(0), V = logits.dim(1);
+  if (!(V > 0 && V <= std::numeric_limits<int32_t>::max())) {
+    fail("logprobs", "expected a vocabulary of 1..2^31-1, got " + logits.str());
+  }
+  if (!(ids.shape() == Shape({R}) && chosen.shape() == Shape({R}))) {
+    fail("logprobs", "expected ids and chosen [R] for logits " + logits.str());
+  }
+  const int64_t n = top.rank() == 2 ? top.dim(1) : -1;
+  if (!(top.rank() == 2 && top.dim(0) == R && n <= std::min<int64_t>(V, kMaxTopLogprobs) &&
+        top_ids.shape() == top.shape())) {
+    fail("logprobs", "expected top_ids and top [R, n <= min(V, 20)] for logits " + logits.str() + ", got " + top.str());
+  }
+  if (R == 0) return;
+  backend_on(ctx, "logprobs", {&logits, &ids, &chosen, &top_ids, &top})
+      .logprobs(ctx, logits, ids, chosen, top_ids, top);
 }
 
 void check_errors(Context& ctx) { backend_for(ctx.device).check_errors(ctx); }

@@ -142,6 +142,18 @@ void softmax(Context& ctx, Tensor& x);
 // NaN never winning over a number.
 void sample(Context& ctx, const Tensor& logits, const Tensor& rows, Tensor& ids);
 
+// logits: [R, V] f32, edited in place by edits: [E, 5] i32 (a LogitEdit per row, its bytes):
+// logits[e.row, e.id] = edit_logit(that logit, e) (core/sample_row.h), the host Sampler's logit
+// processors to the bit. At most one edit per (row, id). An edit outside [0, R) x [0, V) is a
+// bad index (InputError; on a GPU reported by check_errors).
+void edit_logits(Context& ctx, Tensor& logits, const Tensor& edits);
+
+// logits: [R, V] f32, ids: [R] i32 (each row's chosen token) -> chosen: [R] f32, its logprob;
+// top_ids: [R, n] i32 and top: [R, n] f32, the n best tokens and their logprobs (n <=
+// min(V, kMaxTopLogprobs); n = 0 allowed). log_softmax and the order as core/logprobs.h; a GPU
+// gives the same ids, and logprobs within the rounding of its exps and their sum.
+void logprobs(Context& ctx, const Tensor& logits, const Tensor& ids, Tensor& chosen, Tensor& top_ids, Tensor& top);
+
 // Throws InputError for a bad index (token id, KV slot) that a kernel of ctx's device met since
 // the last call. On the CPU ops throw at once; a GPU's kernels record it and run on (the op
 // returns before they do), so the engine calls this once per step, after the logits are back.

@@ -19,7 +19,7 @@
 namespace hearth {
 
 // One row's draw for ops::sample: the Sampler's temperature, top-k, top-p and min-p (after its
-// logit processors, which run on the host) and the row's uniform number.
+// logit processors, ops::edit_logits) and the row's uniform number.
 struct SampleRow {
   float temperature = 0.0f;     // <= 0: the argmax
   int32_t top_k = 0;            // 0 = off
@@ -29,7 +29,35 @@ struct SampleRow {
 };
 static_assert(sizeof(SampleRow) == 24);
 
+// One token's logit processors (runtime/sampler.h) for ops::edit_logits, in the layout the CUDA
+// kernel reads: logit + bias, then the repetition penalty (> 0 ? / penalty : * penalty), then
+// - sub. The defaults leave a logit's bits as they are, -0 and NaN included: x + -0 == x,
+// x / 1 == x * 1 == x, x - +0 == x.
+struct LogitEdit {
+  int32_t row = 0;       // the logits row
+  int32_t id = 0;        // the token
+  float bias = -0.0f;    // logit_bias (a repeated id's biases summed first, in request order)
+  float penalty = 1.0f;  // repetition_penalty, where the token is in its window
+  float sub = 0.0f;      // presence + frequency * count, where the token was generated
+};
+static_assert(sizeof(LogitEdit) == 20);
+
 namespace sampling {
+
+// The processed logit: three roundings, each as IEEE single precision rounds it (the GPU's
+// explicit round-to-nearest intrinsics: no fused multiply-subtract), so the host Sampler and
+// a device edit the same bits.
+HEARTH_SAMPLE_FN float edit_logit(float l, const LogitEdit& e) {
+#if defined(__CUDA_ARCH__)
+  l = __fadd_rn(l, e.bias);
+  l = l > 0 ? __fdiv_rn(l, e.penalty) : __fmul_rn(l, e.penalty);
+  return __fsub_rn(l, e.sub);
+#else
+  l = l + e.bias;
+  l = l > 0 ? l / e.penalty : l * e.penalty;
+  return l - e.sub;
+#endif
+}
 
 // A token's place in the order: smaller is better. Descending value, -0 as +0, NaN last.
 HEARTH_SAMPLE_FN uint32_t order_key(float t) {

@@ -16,12 +16,21 @@ std::vector<const Tensor*> parts(const Batch& b) {
 
 }  // namespace
 
-Tensor sample_rows(std::span<const SampleRow> rows) {
-  constexpr int64_t kWords = sizeof(SampleRow) / 4;
-  Tensor t = Tensor::empty({static_cast<int64_t>(rows.size()), kWords}, DType::kI32, kCpu);
-  if (!rows.empty()) std::memcpy(t.raw(), rows.data(), rows.size_bytes());
+namespace {
+
+// Structs of 4-byte words as an [n, words] i32 tensor on the CPU, their bytes.
+template <typename T>
+Tensor word_rows(std::span<const T> items) {
+  static_assert(sizeof(T) % 4 == 0);
+  Tensor t = Tensor::empty({static_cast<int64_t>(items.size()), int64_t{sizeof(T) / 4}}, DType::kI32, kCpu);
+  if (!items.empty()) std::memcpy(t.raw(), items.data(), items.size_bytes());
   return t;
 }
+
+}  // namespace
+
+Tensor sample_rows(std::span<const SampleRow> rows) { return word_rows(rows); }
+Tensor logit_edits(std::span<const LogitEdit> edits) { return word_rows(edits); }
 
 DecodeGraphs::DecodeGraphs(const Model& model, KvCache& kv) : model_(model), kv_(kv) {}
 

@@ -55,5 +55,7 @@ class DecodeGraphs {
 
 // rows as ops::sample's rows tensor [R, 6] i32, on the CPU.
 Tensor sample_rows(std::span<const SampleRow> rows);
+// edits as ops::edit_logits's edits tensor [E, 5] i32, on the CPU.
+Tensor logit_edits(std::span<const LogitEdit> edits);
 
 }  // namespace hearth

@@ -54,15 +54,30 @@ void Engine::reserve(Sequence& seq, int64_t n_total) {
   }
 }
 
-Tensor Engine::step(const std::vector<Work>& work) { return run(work, {}); }
+Tensor Engine::step(const std::vector<Work>& work) { return run(work, nullptr).logits_or_ids; }
 
 std::vector<int32_t> Engine::step_sample(const std::vector<Work>& work, std::span<const SampleRow> rows) {
-  HEARTH_CHECK(rows.size() == work.size());
-  const Tensor ids = run(work, rows);
-  return {ids.data<int32_t>(), ids.data<int32_t>() + ids.numel()};
+  return step_draw(work, Draws{rows}).ids;
 }
 
-Tensor Engine::run(const std::vector<Work>& work, std::span<const SampleRow> rows) {
+Engine::Drawn Engine::step_draw(const std::vector<Work>& work, const Draws& draws) {
+  HEARTH_CHECK(draws.rows.size() == work.size());
+  const Output out = run(work, &draws);
+  const Tensor& ids = out.logits_or_ids;
+  Drawn drawn{{ids.data<int32_t>(), ids.data<int32_t>() + ids.numel()}, {}};
+  if (draws.top_logprobs >= 0) {
+    const int64_t n = out.top.dim(1);
+    for (int64_t r = 0; r < ids.numel(); ++r) {
+      TokenLogprobs& lp = drawn.logprobs.emplace_back();
+      lp.logprob = out.chosen.data<float>()[r];
+      for (int64_t j = 0; j < n; ++j)
+        lp.top.emplace_back(out.top_ids.data<int32_t>()[r * n + j], out.top.data<float>()[r * n + j]);
+    }
+  }
+  return drawn;
+}
+
+Engine::Output Engine::run(const std::vector<Work>& work, const Draws* draws) {
   std::vector<SeqStep> steps;
   for (const Work& w : work) {
     Sequence& s = *w.seq;
@@ -74,24 +89,45 @@ Tensor Engine::run(const std::vector<Work>& work, std::span<const SampleRow> row
     steps.push_back(SeqStep{std::span<const int32_t>(s.tokens.data() + s.n_cached, static_cast<size_t>(w.n_tokens)),
                             static_cast<int32_t>(s.n_cached), std::span<const int32_t>(s.blocks), w.all_logits});
   }
-  // Built on the host, run on the context's device; logits (or the ids drawn from them) come
-  // back to the host.
-  auto forward = [&] {
+  // Built on the host, run on the context's device; logits (or the ids drawn from them, and
+  // their logprobs) come back to the host.
+  auto forward = [&]() -> Output {
+    const std::span<const SampleRow> rows = draws ? draws->rows : std::span<const SampleRow>{};
+    Tensor logits, ids;
     if (graphs_ && graphs_->fits(steps)) {
       const DecodeGraphs::Outputs out = graphs_->run(ctx_, steps, rows);
-      return rows.empty() ? out.logits : out.ids;
+      logits = out.logits;
+      ids = out.ids;
+    } else {
+      logits = model_.forward(ctx_, Batch::build(steps, options_.block_size).to_device(ctx_.device), kv_);
     }
-    Tensor logits = model_.forward(ctx_, Batch::build(steps, options_.block_size).to_device(ctx_.device), kv_);
-    if (rows.empty()) return logits;
+    if (!draws) return {logits};
     HEARTH_CHECK(static_cast<int64_t>(rows.size()) == logits.dim(0));
-    const Tensor params = sample_rows(rows).to_device(ctx_.device);
-    Tensor ids = Tensor::empty({logits.dim(0)}, DType::kI32, ctx_.device);
-    ops::sample(ctx_, logits, params, ids);
-    return ids;
+    if (!draws->edits.empty()) {
+      // The graph drew from the logits before the edits: draw again from the edited ones.
+      ops::edit_logits(ctx_, logits, logit_edits(draws->edits).to_device(ctx_.device));
+      ids = Tensor();
+    }
+    if (!ids.defined()) {
+      ids = Tensor::empty({logits.dim(0)}, DType::kI32, ctx_.device);
+      ops::sample(ctx_, logits, sample_rows(rows).to_device(ctx_.device), ids);
+    }
+    Output out{ids};
+    if (draws->top_logprobs >= 0) {
+      const int64_t R = logits.dim(0), n = std::min<int64_t>(draws->top_logprobs, logits.dim(1));
+      out.chosen = Tensor::empty({R}, DType::kF32, ctx_.device);
+      out.top_ids = Tensor::empty({R, n}, DType::kI32, ctx_.device);
+      out.top = Tensor::empty({R, n}, DType::kF32, ctx_.device);
+      ops::logprobs(ctx_, logits, ids, out.chosen, out.top_ids, out.top);
+    }
+    return out;
   };
-  Tensor out;
+  Output out;
   try {
-    out = forward().to_device(kCpu);
+    out = forward();
+    for (Tensor* t : {&out.logits_or_ids, &out.chosen, &out.top_ids, &out.top}) {
+      if (t->defined()) *t = t->to_device(kCpu);
+    }
   } catch (...) {
     // What the device's kernels recorded in this failed step is this step's, not the next one's.
     try {

@@ -11,6 +11,7 @@
 #include "runtime/block_pool.h"
 #include "runtime/decode_graphs.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/sampler.h"
 
 namespace hearth {
 
@@ -50,6 +51,20 @@ class Engine {
   // The same, with each of those rows' token drawn on the device (ops::sample with rows[i] for
   // work[i]; temperature 0 takes the argmax), so only the ids cross to the host.
   std::vector<int32_t> step_sample(const std::vector<Work>& work, std::span<const SampleRow> rows);
+  // Draws on the device with the Sampler's logit processors and logprobs there too: the rows'
+  // logits are edited first (ops::edit_logits; LogitEdit::row is the work item), and with
+  // top_logprobs >= 0 each chosen token's logprob and that many alternatives come back
+  // (ops::logprobs, from the edited logits), not the logits.
+  struct Draws {
+    std::span<const SampleRow> rows;
+    std::span<const LogitEdit> edits = {};
+    int top_logprobs = -1;
+  };
+  struct Drawn {
+    std::vector<int32_t> ids;
+    std::vector<TokenLogprobs> logprobs;  // one per row with top_logprobs >= 0, else none
+  };
+  Drawn step_draw(const std::vector<Work>& work, const Draws& draws);
   // Starts a new sequence (no blocks yet) from the prompt cache: attaches the cached blocks
   // of the longest whole-block prefix of its tokens, leaving at least the last token to
   // compute (its logits are needed, and a shared block is never written). Returns the number
@@ -72,8 +87,11 @@ class Engine {
 
  private:
   void reserve(Sequence& seq, int64_t n_total);
-  // step's work: the logits on the host, or with rows the ids drawn from them.
-  Tensor run(const std::vector<Work>& work, std::span<const SampleRow> rows);
+  // step's work: the logits on the host (draws null), or what the draws give.
+  struct Output {
+    Tensor logits_or_ids, chosen = {}, top_ids = {}, top = {};
+  };
+  Output run(const std::vector<Work>& work, const Draws* draws);
   const Model& model_;
   Context ctx_;
   EngineOptions options_;

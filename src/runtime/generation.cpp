@@ -44,8 +44,15 @@ int32_t GenerationStream::sample(const Tensor& logits, std::optional<TokenLogpro
                          request_.top_logprobs);
 }
 
-bool GenerationStream::samples_on_device() const {
-  return request_.top_logprobs < 0 && sampler_.samples_on_device() && engine_.context().device.type != DeviceType::kCpu;
+bool GenerationStream::samples_on_device() const { return engine_.context().device.type != DeviceType::kCpu; }
+
+int32_t GenerationStream::step_on_device(int64_t n_tokens, std::optional<TokenLogprobs>* logprobs) {
+  const SampleRow row = sampler_.device_row();
+  const std::span<const LogitEdit> edits =
+      sampler_.edits(engine_.model().info().vocab_size, seq_.tokens, static_cast<size_t>(stats_.prompt_tokens));
+  Engine::Drawn drawn = engine_.step_draw({{&seq_, n_tokens}}, {{&row, 1}, edits, request_.top_logprobs});
+  if (request_.top_logprobs >= 0) *logprobs = std::move(drawn.logprobs.at(0));
+  return drawn.ids.at(0);
 }
 
 int32_t GenerationStream::prefill(std::optional<TokenLogprobs>* logprobs) {
@@ -53,10 +60,7 @@ int32_t GenerationStream::prefill(std::optional<TokenLogprobs>* logprobs) {
   const int64_t n = static_cast<int64_t>(seq_.tokens.size());
   while (seq_.n_cached < n) {
     const int64_t chunk = std::min(request_.prefill_chunk, n - seq_.n_cached);
-    if (seq_.n_cached + chunk == n && samples_on_device()) {
-      const SampleRow row = sampler_.device_row();
-      return engine_.step_sample({{&seq_, chunk}}, {&row, 1}).at(0);
-    }
+    if (seq_.n_cached + chunk == n && samples_on_device()) return step_on_device(chunk, logprobs);
     logits = engine_.step({{&seq_, chunk}});
   }
   return sample(logits, logprobs);
@@ -75,9 +79,8 @@ std::optional<TokenEvent> GenerationStream::next() {
     ev.token = prefill(&ev.logprobs);
     stats_.prefill_seconds = timer.seconds();
   } else if (samples_on_device()) {
-    // Only the token crosses from the GPU, not the logits.
-    const SampleRow row = sampler_.device_row();
-    ev.token = engine_.step_sample({{&seq_, 1}}, {&row, 1}).at(0);
+    // Only the token (and its logprobs) cross from the GPU, not the logits.
+    ev.token = step_on_device(1, &ev.logprobs);
     stats_.decode_seconds += timer.seconds();
   } else {
     const Tensor logits = engine_.step({{&seq_, 1}});

@@ -52,10 +52,13 @@ class GenerationStream {
   FinishReason finish_reason() const { return finish_; }
 
  private:
-  // Whether tokens are drawn on the engine's device (ops::sample), not from host logits: a GPU,
-  // no logprobs, no logit processors.
+  // Whether tokens are drawn on the engine's device (a GPU), the logit processors and logprobs
+  // there too, so that only the token and its logprobs cross to the host; on the CPU the host
+  // Sampler draws from the logits.
   bool samples_on_device() const;
   int32_t prefill(std::optional<TokenLogprobs>* logprobs);
+  // The step of n_tokens that ends with the next token's logits, its token drawn on the device.
+  int32_t step_on_device(int64_t n_tokens, std::optional<TokenLogprobs>* logprobs);
   int32_t sample(const Tensor& logits, std::optional<TokenLogprobs>* logprobs);
   Engine& engine_;
   GenerationRequest request_;

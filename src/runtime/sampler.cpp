@@ -79,8 +79,10 @@ void Sampler::validate(int64_t vocab) const {
   }
 }
 
-const float* Sampler::process(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt) {
+std::span<const LogitEdit> Sampler::edits(int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt,
+                                          int32_t row) {
   HEARTH_CHECK(n_prompt <= tokens.size());
+  edits_.clear();
   const std::span<const int32_t> generated = tokens.subspan(n_prompt);
   const auto context = static_cast<size_t>(params_.repetition_context_size);
   const std::span<const int32_t> window =
@@ -88,24 +90,26 @@ const float* Sampler::process(const float* logits, int64_t vocab, std::span<cons
   const bool repetition = params_.repetition_penalty != 1.0f && !window.empty();
   const bool presence_frequency =
       (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) && !generated.empty();
-  if (params_.logit_bias.empty() && !repetition && !presence_frequency) return logits;
+  if (params_.logit_bias.empty() && !repetition && !presence_frequency) return {};
 
-  processed_.assign(logits, logits + vocab);
-  for (const auto& [id, bias] : params_.logit_bias) processed_[static_cast<size_t>(id)] += bias;
-  if ((repetition || presence_frequency) && counts_.size() != static_cast<size_t>(vocab))
-    counts_.assign(static_cast<size_t>(vocab), 0);
-  if (repetition) {
-    // Once per distinct token: counts_ marks the ones done, then is cleared again.
-    const float p = params_.repetition_penalty;
-    for (int32_t t : window) {
-      HEARTH_CHECK(t >= 0 && t < vocab);
-      if (counts_[static_cast<size_t>(t)]++ != 0) continue;
-      float& l = processed_[static_cast<size_t>(t)];
-      l = l > 0 ? l / p : l * p;
+  // slot_[id]: the index of id's edit, -1 for none; back to all -1 before returning. Each
+  // distinct token gets one edit, so each of its processors applies once.
+  if (slot_.size() != static_cast<size_t>(vocab)) slot_.assign(static_cast<size_t>(vocab), -1);
+  auto edit_of = [&](int32_t id) -> LogitEdit& {
+    HEARTH_CHECK(id >= 0 && id < vocab);
+    int32_t& s = slot_[static_cast<size_t>(id)];
+    if (s < 0) {
+      s = static_cast<int32_t>(edits_.size());
+      edits_.push_back(LogitEdit{.row = row, .id = id});
     }
-    for (int32_t t : window) counts_[static_cast<size_t>(t)] = 0;
+    return edits_[static_cast<size_t>(s)];
+  };
+  for (const auto& [id, bias] : params_.logit_bias) edit_of(id).bias += bias;  // from -0: the first is exact
+  if (repetition) {
+    for (int32_t t : window) edit_of(t).penalty = params_.repetition_penalty;
   }
   if (presence_frequency) {
+    if (counts_.size() != static_cast<size_t>(vocab)) counts_.assign(static_cast<size_t>(vocab), 0);
     for (int32_t t : generated) {
       HEARTH_CHECK(t >= 0 && t < vocab);
       ++counts_[static_cast<size_t>(t)];
@@ -113,10 +117,21 @@ const float* Sampler::process(const float* logits, int64_t vocab, std::span<cons
     for (int32_t t : generated) {
       int32_t& c = counts_[static_cast<size_t>(t)];
       if (c == 0) continue;  // a repeat, already done
-      processed_[static_cast<size_t>(t)] -=
-          params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
+      edit_of(t).sub = params_.presence_penalty + params_.frequency_penalty * static_cast<float>(c);
       c = 0;
     }
+  }
+  for (const LogitEdit& e : edits_) slot_[static_cast<size_t>(e.id)] = -1;
+  return edits_;
+}
+
+const float* Sampler::process(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt) {
+  const std::span<const LogitEdit> list = edits(vocab, tokens, n_prompt);
+  if (list.empty()) return logits;
+  processed_.assign(logits, logits + vocab);
+  for (const LogitEdit& e : list) {
+    float& l = processed_[static_cast<size_t>(e.id)];
+    l = sampling::edit_logit(l, e);
   }
   return processed_.data();
 }
@@ -289,36 +304,16 @@ int32_t Sampler::draw_top_p(size_t n, double sum) {
 }
 
 void Sampler::fill_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n, TokenLogprobs* out) {
-  float mx = logits[0];
-  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] - mx);
-  const double log_z = static_cast<double>(mx) + std::log(sum);
-  auto logprob = [&](int64_t i) { return static_cast<float>(static_cast<double>(logits[i]) - log_z); };
-  out->logprob = logprob(chosen);
-
-  // Top-n by a bounded insertion: ids ascend, and an equal logit never displaces or passes an
-  // earlier one, so ties come out by lower id.
-  auto& top = out->top;
-  top.clear();
-  const auto n = static_cast<size_t>(std::min<int64_t>(top_n, vocab));
-  if (n == 0) return;
-  if (top.capacity() < n) top.reserve(20);
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float v = logits[i];
-    if (top.size() == n) {
-      if (!(v > top.back().second)) continue;
-      top.pop_back();
-    }
-    auto pos = std::upper_bound(top.begin(), top.end(), v, [](float x, const auto& e) { return x > e.second; });
-    top.insert(pos, {static_cast<int32_t>(i), v});
-  }
-  for (auto& [id, v] : top) v = logprob(id);
+  int32_t ids[kMaxTopLogprobs];
+  float values[kMaxTopLogprobs];
+  const int n = row_logprobs(logits, vocab, chosen, top_n, &out->logprob, ids, values);
+  out->top.clear();
+  for (int j = 0; j < n; ++j) out->top.emplace_back(ids[j], values[j]);
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt,
                         TokenLogprobs* logprobs, int top_n) {
-  if (top_n < 0 || top_n > 20) throw InputError("top_logprobs must be in [0, 20]");
+  if (top_n < 0 || top_n > kMaxTopLogprobs) throw InputError("top_logprobs must be in [0, 20]");
   HEARTH_CHECK(vocab > 0);
   if (vocab != validated_vocab_) {
     validate(vocab);

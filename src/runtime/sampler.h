@@ -3,7 +3,8 @@
 // Order, for one row of logits:
 //   1. logit processors (on a private copy; the caller's buffer is never written), which give
 //      the "processed logits":
-//        a. logit_bias:         logit[id] += bias (a repeated id adds up, as mlx_lm's .at[].add)
+//        a. logit_bias:         logit[id] += bias (a repeated id adds the sum of its biases, in
+//                               request order, as mlx_lm's .at[].add adds them up)
 //        b. repetition_penalty: HF / CTRL: for each distinct token in the last
 //                               repetition_context_size tokens of the sequence (prompt and
 //                               generated), logit > 0 ? logit / p : logit * p
@@ -35,8 +36,13 @@
 //   order (bias, repetition, presence, frequency) is ours. Its presence/frequency penalties
 //   look at the last 20 tokens of prompt + generated; ours are OpenAI's (all generated tokens).
 //
+// The processors are per-token edits (core/sample_row.h's LogitEdit, one per distinct token),
+// so that a device applies the same ones to its logits (ops::edit_logits) and draws there: only
+// the chosen token crosses to the host.
+//
 // Logprobs (OpenAI `logprobs` / `top_logprobs`) are log_softmax of the processed logits, before
-// temperature and truncation, as mlx_lm.server reports them.
+// temperature and truncation, as mlx_lm.server reports them (core/logprobs.h, which the device
+// op ops::logprobs shares).
 //
 // Cost per token at vocab 256k (one core, Release): greedy 0.2 ms; logprobs add ~1 ms (an exp
 // per token); temperature with top-k off ~4 ms (a radix sort: the same order the comparison sort
@@ -50,6 +56,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/logprobs.h"
 #include "core/sample_row.h"
 
 namespace hearth {
@@ -80,12 +87,10 @@ class Sampler {
   // Throws InputError naming the field for a parameter out of range.
   explicit Sampler(const SamplingParams& params);
 
-  // No logit processor: the token can be drawn on the device from the raw logits
-  // (ops::sample), with device_row() giving the row's parameters.
-  bool samples_on_device() const {
-    return params_.logit_bias.empty() && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-           params_.frequency_penalty == 0.0f;
-  }
+  // The logit processors for the next token as edits of logits row `row` (empty when none
+  // changes anything), for ops::edit_logits: sample() applies the same ones. Valid until the
+  // next call. tokens, n_prompt: as sample's.
+  std::span<const LogitEdit> edits(int64_t vocab, std::span<const int32_t> tokens, size_t n_prompt, int32_t row = 0);
   // The parameters of ops::sample for the next token, drawing its uniform number (when
   // temperature > 0) from this sampler's generator as sample() would: the same seed gives the
   // same tokens on the host and on a device, but for draws within the weights' rounding of a
@@ -129,6 +134,8 @@ class Sampler {
   std::vector<float> values_;     // [vocab] tempered logits, for min-p's top-k normaliser
   std::vector<float> processed_;  // [vocab] processed logits, when a processor is active
   std::vector<int32_t> counts_;   // [vocab] per-token counts; all zero between calls
+  std::vector<int32_t> slot_;     // [vocab] a token's index in edits_; all -1 between calls
+  std::vector<LogitEdit> edits_;
   int64_t validated_vocab_ = -1;
 };
 

@@ -281,6 +281,44 @@ TEST_P(CudaParity, DeviceSamplingDrawsTheHostSamplersTokens) {
   EXPECT_EQ(generate(), first);
 }
 
+// Logit processors and logprobs on the GPU (ops::edit_logits, ops::logprobs, in steps that still
+// replay graphs): the host Sampler's tokens from the same logits, its top logprobs' ids, and its
+// logprobs within the rounding of the exps.
+TEST_P(CudaParity, DeviceProcessorsAndLogprobsMatchTheHostSampler) {
+  const Fixture f = load_fixture(GetParam());
+  auto m = load_model(f.dir, LoadOptions{.device = kGpu});
+  const int64_t vocab = m->info().vocab_size;
+  const size_t n_prompt = f.tokens.size();
+  for (const SamplingParams& p :
+       {SamplingParams{.repetition_penalty = 1.3f, .logit_bias = {{5, 3.0f}, {0, -100.0f}}},
+        SamplingParams{
+            .temperature = 0.8f, .top_k = 40, .presence_penalty = 0.7f, .frequency_penalty = 0.4f, .seed = 6}}) {
+    Sampler host(p), device(p);
+    Engine a(*m, Context{nullptr, kGpu}), b(*m, Context{nullptr, kGpu});
+    Sequence sa, sb;
+    sa.tokens = sb.tokens = f.tokens;
+    for (int step = 0; step < 12; ++step) {
+      const int64_t n = step == 0 ? static_cast<int64_t>(n_prompt) : 1;
+      const Tensor logits = a.step({{&sa, n}});
+      TokenLogprobs want;
+      const int32_t token = host.sample(logits.data<float>(), logits.dim(1), sa.tokens, n_prompt, &want, 5);
+      const SampleRow row = device.device_row();
+      const Engine::Drawn got = b.step_draw({{&sb, n}}, {{&row, 1}, device.edits(vocab, sb.tokens, n_prompt), 5});
+      ASSERT_EQ(got.ids.at(0), token) << "temperature " << p.temperature << ", step " << step;
+      const TokenLogprobs& lp = got.logprobs.at(0);
+      EXPECT_NEAR(lp.logprob, want.logprob, 1e-5);
+      ASSERT_EQ(lp.top.size(), want.top.size());
+      for (size_t j = 0; j < lp.top.size(); ++j) {
+        EXPECT_EQ(lp.top[j].first, want.top[j].first) << "step " << step << ", place " << j;
+        EXPECT_NEAR(lp.top[j].second, want.top[j].second, 1e-5);
+      }
+      sa.tokens.push_back(token);
+      sb.tokens.push_back(got.ids[0]);
+    }
+    EXPECT_EQ(b.graph_replays(), 12 - 2);
+  }
+}
+
 // A bad token id in a replayed step fails that step with the kernel's report, and the next
 // step replays cleanly.
 TEST_P(CudaParity, GraphReplayReportsABadTokenOnce) {

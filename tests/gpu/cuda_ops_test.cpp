@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -269,6 +270,78 @@ TEST(CudaOps, SampleDrawsTheScalarReferencesTokens) {
       Tensor ids = Tensor::empty({R}, DType::kI32, kGpu);
       ops::sample(ctx, gx, sample_rows(rows).to_device(kGpu), ids);
       EXPECT_EQ(to_host<int32_t>(ids), want) << "V=" << V << " u=" << u;
+    }
+  }
+}
+
+// The logit processors' edits on the GPU: the CPU reference's bits exactly (explicit rounding, no
+// fused multiply-subtract), on awkward values and edits in several rows; a bad edit is reported.
+TEST(CudaOps, EditLogitsIsTheCpuReferenceBitForBit) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(17);
+  Context ctx = gpu_ctx(), cpu_ctx{nullptr, kCpu};
+  const int64_t R = 3, V = 151936;
+  std::vector<float> logits = random_floats(rng, size_t(R * V), -20.0f, 20.0f);
+  const float awkward[] = {-0.0f, 0.0f, NAN, -INFINITY, INFINITY, 1e-40f, -1e-40f, 3.0e38f, -3.0e38f};
+  std::vector<LogitEdit> edits;
+  for (int64_t r = 0; r < R; ++r) {
+    for (int32_t j = 0; j < 400; ++j) {
+      const int32_t id = j < 9 ? j : static_cast<int32_t>(rng() % static_cast<uint32_t>(V - 9)) + 9;
+      if (j < 9) logits[size_t(r * V + id)] = awkward[j];
+      if (std::any_of(edits.begin(), edits.end(), [&](const LogitEdit& e) { return e.row == r && e.id == id; }))
+        continue;
+      LogitEdit e{.row = static_cast<int32_t>(r), .id = id};
+      if (j % 2) e.bias = static_cast<float>(int(rng() % 200) - 100) * 0.37f;
+      if (j % 3) e.penalty = 1.0f + static_cast<float>(rng() % 100) * 0.013f;
+      if (j % 5) e.sub = static_cast<float>(rng() % 1000) * 0.0071f - 2.0f;
+      edits.push_back(e);
+    }
+  }
+  Tensor host = Tensor::from_f32({R, V}, logits.data()), gx = on_gpu({R, V}, logits);
+  ops::edit_logits(cpu_ctx, host, logit_edits(edits));
+  ops::edit_logits(ctx, gx, logit_edits(edits).to_device(kGpu));
+  const std::vector<float> got = to_host<float>(gx);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(host.data<float>()[i])) << "logit " << i;
+  }
+  const LogitEdit bad{.row = 0, .id = static_cast<int32_t>(V)};
+  ops::edit_logits(ctx, gx, logit_edits({&bad, 1}).to_device(kGpu));
+  EXPECT_THROW(ops::check_errors(ctx), InputError);
+  EXPECT_NO_THROW(ops::check_errors(ctx));
+}
+
+// Logprobs on the GPU: the CPU reference's ids exactly (the same keys), its logprobs within the
+// rounding of the exps (CUDA's expf, 2 ulp) and of their sum's order.
+TEST(CudaOps, LogprobsAreTheCpuReferences) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(18);
+  Context ctx = gpu_ctx(), cpu_ctx{nullptr, kCpu};
+  for (int64_t V : {1, 7, 1000, 151936}) {
+    const int64_t R = 4;
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> logits(size_t(R * V));
+    for (int64_t i = 0; i < R * V; ++i) {
+      float& l = logits[size_t(i)];
+      l = normal(rng);
+      if (i / V == 1) l = std::round(l * 2.0f) / 2.0f;  // ties
+      if (i / V == 2 && i % 13 == 5) l = i % 2 ? NAN : -INFINITY;
+    }
+    std::vector<int32_t> chosen(static_cast<size_t>(R));
+    for (int32_t& c : chosen) c = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+    for (int64_t n : {int64_t{0}, int64_t{1}, std::min<int64_t>(V, 20)}) {
+      const Tensor x = Tensor::from_f32({R, V}, logits.data()), ids = Tensor::from_i32({R}, chosen.data());
+      Tensor lp = Tensor::empty({R}, DType::kF32), ti = Tensor::empty({R, n}, DType::kI32),
+             t = Tensor::empty({R, n}, DType::kF32);
+      ops::logprobs(cpu_ctx, x, ids, lp, ti, t);
+      Tensor glp = Tensor::empty({R}, DType::kF32, kGpu), gti = Tensor::empty({R, n}, DType::kI32, kGpu),
+             gt = Tensor::empty({R, n}, DType::kF32, kGpu);
+      ops::logprobs(ctx, x.to_device(kGpu), ids.to_device(kGpu), glp, gti, gt);
+      const std::string where = "V=" + std::to_string(V) + " n=" + std::to_string(n);
+      EXPECT_EQ(to_host<int32_t>(gti), std::vector<int32_t>(ti.data<int32_t>(), ti.data<int32_t>() + R * n)) << where;
+      expect_close(to_host<float>(gt), std::vector<float>(t.data<float>(), t.data<float>() + R * n), 1e-5, 1e-6,
+                   "top " + where);
+      expect_close(to_host<float>(glp), std::vector<float>(lp.data<float>(), lp.data<float>() + R), 1e-5, 1e-6,
+                   "chosen " + where);
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -157,6 +158,113 @@ TEST(SampleOp, EngineStepSampleDrawsFromTheStepsLogits) {
     ASSERT_EQ(got, want) << "step " << step;
     sa.tokens.push_back(want);
     sb.tokens.push_back(got);
+  }
+}
+
+// ops::logprobs (its CPU reference, core/logprobs.h) against a plain sort and log_softmax in long
+// double: the best come out by descending logit, ties by lower id, NaN last; n up to min(V, 20).
+TEST(LogprobsOp, IsLogSoftmaxWithTheBestInOrder) {
+  Context ctx{nullptr, kCpu};
+  std::mt19937 rng(3);
+  for (int64_t V : {1, 7, 1000, 32000}) {
+    for (float step : {0.0f, 0.5f}) {
+      std::vector<float> l = random_logits(rng, V, 3.0f, step);
+      if (V > 10) l[3] = NAN, l[4] = -0.0f, l[5] = 0.0f;
+      const int64_t R = 1;
+      for (int n : {0, 1, 5, 20}) {
+        const int64_t k = std::min<int64_t>(n, V);
+        const int32_t chosen = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+        const Tensor x = Tensor::from_f32({R, V}, l.data());
+        const Tensor ids = Tensor::from_i32({R}, &chosen);
+        Tensor lp = Tensor::empty({R}, DType::kF32), top_ids = Tensor::empty({R, k}, DType::kI32),
+               top = Tensor::empty({R, k}, DType::kF32);
+        ops::logprobs(ctx, x, ids, lp, top_ids, top);
+        long double mx = -INFINITY, z = 0;
+        for (float v : l)
+          if (!std::isnan(v)) mx = std::max<long double>(mx, v);
+        for (float v : l) z += std::isnan(v) ? 0 : std::exp(static_cast<long double>(v) - mx);
+        auto want = [&](int32_t i) { return static_cast<double>(l[size_t(i)] - mx - std::log(z)); };
+        std::vector<int32_t> order(static_cast<size_t>(V));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+          const float va = l[size_t(a)], vb = l[size_t(b)];
+          if (std::isnan(va) || std::isnan(vb)) return !std::isnan(va) && std::isnan(vb);
+          return va > vb;
+        });
+        if (!std::isnan(l[size_t(chosen)])) {
+          EXPECT_NEAR(lp.data<float>()[0], want(chosen), 1e-5);
+        }
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t id = top_ids.data<int32_t>()[j];
+          ASSERT_EQ(id, order[size_t(j)]) << "V " << V << ", n " << n << ", place " << j;
+          if (!std::isnan(l[size_t(id)])) {
+            EXPECT_NEAR(top.data<float>()[j], want(id), 1e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LogprobsOp, RefusesBadShapesAndChoices) {
+  Context ctx{nullptr, kCpu};
+  const std::vector<float> v(8, 0.0f);
+  const Tensor x = Tensor::from_f32({2, 4}, v.data());
+  const std::vector<int32_t> good{0, 3}, bad{0, 4};
+  Tensor lp = Tensor::empty({2}, DType::kF32);
+  Tensor ti = Tensor::empty({2, 2}, DType::kI32), t = Tensor::empty({2, 2}, DType::kF32);
+  EXPECT_NO_THROW(ops::logprobs(ctx, x, Tensor::from_i32({2}, good.data()), lp, ti, t));
+  EXPECT_THROW(ops::logprobs(ctx, x, Tensor::from_i32({2}, bad.data()), lp, ti, t), InputError);
+  Tensor ti5 = Tensor::empty({2, 5}, DType::kI32), t5 = Tensor::empty({2, 5}, DType::kF32);  // n > V
+  EXPECT_THROW(ops::logprobs(ctx, x, Tensor::from_i32({2}, good.data()), lp, ti5, t5), InputError);
+  Tensor lp1 = Tensor::empty({1}, DType::kF32);
+  EXPECT_THROW(ops::logprobs(ctx, x, Tensor::from_i32({2}, good.data()), lp1, ti, t), InputError);
+}
+
+TEST(EditLogitsOp, RefusesEditsOutsideTheLogits) {
+  Context ctx{nullptr, kCpu};
+  const std::vector<float> v(8, 1.0f);
+  for (const LogitEdit& e : {LogitEdit{.row = 2, .id = 0}, LogitEdit{.row = 0, .id = 4}, LogitEdit{.row = -1, .id = 0},
+                             LogitEdit{.row = 0, .id = -1}}) {
+    Tensor x = Tensor::from_f32({2, 4}, v.data());
+    EXPECT_THROW(ops::edit_logits(ctx, x, logit_edits({&e, 1})), InputError) << e.row << " " << e.id;
+  }
+  Tensor x = Tensor::from_f32({2, 4}, v.data());
+  EXPECT_THROW(ops::edit_logits(ctx, x, Tensor::zeros({1, 4}, DType::kI32)), InputError);
+  ops::edit_logits(ctx, x, logit_edits(std::vector<LogitEdit>{}));  // none: nothing to do
+  const LogitEdit e{.row = 1, .id = 2, .bias = 1.0f, .penalty = 4.0f, .sub = 0.25f};
+  ops::edit_logits(ctx, x, logit_edits({&e, 1}));
+  EXPECT_EQ(x.data<float>()[6], 0.25f);  // (1 + 1) / 4 - 0.25
+  EXPECT_EQ(x.data<float>()[5], 1.0f);
+}
+
+// The engine's device draw with logit processors and logprobs (on the CPU: the ops' references)
+// gives the host Sampler's tokens and logprobs from the same step's logits.
+TEST(SampleOp, EngineStepDrawProcessesAndReportsLogprobsAsTheHost) {
+  const auto model = load_model(testing::data_path("parity/qwen3"), LoadOptions{});
+  const int64_t vocab = model->info().vocab_size;
+  for (const SamplingParams& p :
+       {SamplingParams{.repetition_penalty = 1.5f, .logit_bias = {{17, -100.0f}, {3, 4.0f}}},
+        SamplingParams{
+            .temperature = 0.9f, .top_k = 30, .presence_penalty = 1.0f, .frequency_penalty = 0.5f, .seed = 8}}) {
+    Sampler host(p), device(p);
+    Engine a(*model, Context{nullptr, kCpu}), b(*model, Context{nullptr, kCpu});
+    Sequence sa, sb;
+    sa.tokens = sb.tokens = {1, 17, 42, 7};
+    for (int step = 0; step < 6; ++step) {
+      const int64_t n = step == 0 ? 4 : 1;
+      const Tensor logits = a.step({{&sa, n}});
+      TokenLogprobs want_lp;
+      const int32_t want = host.sample(logits.data<float>(), logits.dim(1), sa.tokens, 4, &want_lp, 5);
+      const SampleRow row = device.device_row();
+      const Engine::Drawn got = b.step_draw({{&sb, n}}, {{&row, 1}, device.edits(vocab, sb.tokens, 4), 5});
+      ASSERT_EQ(got.ids.at(0), want) << "step " << step;
+      ASSERT_EQ(got.logprobs.size(), 1u);
+      EXPECT_EQ(got.logprobs[0].logprob, want_lp.logprob);
+      EXPECT_EQ(got.logprobs[0].top, want_lp.top);
+      sa.tokens.push_back(want);
+      sb.tokens.push_back(got.ids[0]);
+    }
   }
 }
 

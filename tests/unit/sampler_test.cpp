@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "core/ops.h"
+#include "runtime/decode_graphs.h"
 
 // Counting allocator, to check that sample() allocates nothing in steady state. Not under
 // AddressSanitizer, which has its own operator new.
@@ -344,6 +347,49 @@ TEST(Sampler, ProcessedLogitsMatchTheReference) {
       }
     }
   }
+}
+
+// The edits a device applies (ops::edit_logits on the CPU) are the hand reference's processors
+// bit for bit, on awkward values too (-0, NaN, inf, denormals, the window's edge); a repeated
+// logit_bias id adds the sum of its biases.
+TEST(Sampler, EditsGiveTheReferenceProcessedLogitsBitForBit) {
+  std::vector<float> logits = random_logits(300, 21);
+  logits[0] = -0.0f, logits[1] = 0.0f, logits[2] = NAN, logits[3] = -INFINITY, logits[4] = 1e-40f;
+  logits[5] = -1e-40f, logits[6] = INFINITY;
+  std::vector<int32_t> tokens;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 60; ++i) tokens.push_back(static_cast<int32_t>(rng() % 12));  // many repeats
+  const size_t n_prompt = 25;
+  const std::vector<SamplingParams> cases{
+      {.repetition_penalty = 1.3f},
+      {.repetition_penalty = 0.6f, .repetition_context_size = 0},
+      {.presence_penalty = 0.5f, .frequency_penalty = -0.75f},
+      {.repetition_penalty = 1.1f,
+       .repetition_context_size = 7,
+       .presence_penalty = -2.0f,
+       .frequency_penalty = 0.3f,
+       .logit_bias = {{0, 0.0f}, {1, -0.0f}, {2, 1.0f}, {200, 7.5f}, {5, -3.0f}}},
+  };
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  Context ctx{nullptr, kCpu};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    Sampler s(cases[c]);
+    const std::vector<float> want = reference_processed(logits, cases[c], tokens, n_prompt);
+    Tensor x = Tensor::from_f32({1, 300}, logits.data());
+    const std::span<const LogitEdit> edits = s.edits(300, tokens, n_prompt);
+    ops::edit_logits(ctx, x, logit_edits(edits));
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(bits(x.data<float>()[i]), bits(want[i])) << "case " << c << ", token " << i;
+    std::set<int32_t> ids;
+    for (const LogitEdit& e : edits) EXPECT_TRUE(ids.insert(e.id).second) << "one edit per token";
+  }
+  Sampler none(SamplingParams{.temperature = 1.0f});
+  EXPECT_TRUE(none.edits(300, tokens, n_prompt).empty());
+  Sampler repeated(SamplingParams{.logit_bias = {{9, 0.1f}, {4, 1.0f}, {9, 0.2f}}});
+  const std::span<const LogitEdit> r = repeated.edits(300, {}, 0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].id, 9);
+  EXPECT_EQ(r[0].bias, 0.1f + 0.2f);
 }
 
 // Greedy takes the first maximum exactly as a walk keeping the best so far: ties by lower id

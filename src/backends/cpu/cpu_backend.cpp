@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
 #include "core/backend.h"
+#include "core/logprobs.h"
 
 namespace hearth::cpu {
 namespace {
@@ -143,6 +144,34 @@ class CpuBackend final : public Backend {
       SampleRow row;
       std::memcpy(static_cast<void*>(&row), rows.data<int32_t>() + r * 6, sizeof row);
       ids.data<int32_t>()[r] = sample_row(logits.data<float>() + r * V, V, row);
+    }
+  }
+
+  void edit_logits(Context&, Tensor& logits, const Tensor& edits) override {
+    const int64_t R = logits.dim(0), V = logits.dim(1);
+    for (int64_t i = 0; i < edits.dim(0); ++i) {
+      LogitEdit e;
+      std::memcpy(static_cast<void*>(&e), edits.data<int32_t>() + i * 5, sizeof e);
+      if (e.row < 0 || e.row >= R || e.id < 0 || e.id >= V) {
+        throw InputError("edit_logits: edit " + std::to_string(i) + " names row " + std::to_string(e.row) + ", token " +
+                         std::to_string(e.id) + " of logits " + logits.str());
+      }
+      float& l = logits.data<float>()[e.row * V + e.id];
+      l = sampling::edit_logit(l, e);
+    }
+  }
+
+  void logprobs(Context&, const Tensor& logits, const Tensor& ids, Tensor& chosen, Tensor& top_ids,
+                Tensor& top) override {
+    const int64_t R = logits.dim(0), V = logits.dim(1), n = top.dim(1);
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t id = ids.data<int32_t>()[r];
+      if (id < 0 || id >= V) {
+        throw InputError("logprobs: row " + std::to_string(r) + " chose token " + std::to_string(id) +
+                         ", outside the vocabulary of " + std::to_string(V));
+      }
+      row_logprobs(logits.data<float>() + r * V, V, id, static_cast<int>(n), chosen.data<float>() + r,
+                   top_ids.data<int32_t>() + r * n, top.data<float>() + r * n);
     }
   }
 };

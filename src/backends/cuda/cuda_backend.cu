@@ -38,6 +38,9 @@ class CudaBackend final : public Backend {
     device_memory(DeviceType::kCuda).zero(ctx.device, word.raw(), word.nbytes());
     const std::string value = std::to_string(e[1]), limit = std::to_string(e[2]);
     if (e[0] == kBadTokenId) throw InputError("embedding: token id " + value + " outside vocabulary of " + limit);
+    if (e[0] == kBadEditRow) throw InputError("edit_logits: an edit names row " + value + " of " + limit);
+    if (e[0] == kBadEditToken) throw InputError("edit_logits: an edit names token " + value + " of " + limit);
+    if (e[0] == kBadChosenToken) throw InputError("logprobs: chosen token " + value + " of " + limit);
     throw InputError("kv_write: slot " + value + " outside the pool of " + limit + " slots");
   }
 
@@ -274,6 +277,18 @@ class CudaBackend final : public Backend {
     Tensor keys = Tensor::empty({R * V}, DType::kI32, ctx.device);
     cuda::sample(use_device(ctx.device), logits.data<float>(), R, V, static_cast<const SampleRow*>(rows.raw()),
                  static_cast<uint32_t*>(keys.raw()), ids.data<int32_t>());
+  }
+
+  void edit_logits(Context& ctx, Tensor& logits, const Tensor& edits) override {
+    cuda::edit_logits(use_device(ctx.device), logits.data<float>(), logits.dim(0), logits.dim(1),
+                      static_cast<const LogitEdit*>(edits.raw()), edits.dim(0), errors(ctx.device));
+  }
+
+  void logprobs(Context& ctx, const Tensor& logits, const Tensor& ids, Tensor& chosen, Tensor& top_ids,
+                Tensor& top) override {
+    cuda::logprobs(use_device(ctx.device), logits.data<float>(), logits.dim(0), logits.dim(1), ids.data<int32_t>(),
+                   static_cast<int>(top.dim(1)), chosen.data<float>(), top_ids.data<int32_t>(), top.data<float>(),
+                   errors(ctx.device));
   }
 
  private:

@@ -44,7 +44,14 @@ void add(cudaStream_t s, float* a, const float* b, int64_t n);
 
 // The device's error word [code, value, limit]: the first bad index a kernel met (the kernel
 // skips it and goes on), kept until the backend's check_errors reads and clears it.
-enum DeviceError : int32_t { kNoError = 0, kBadTokenId = 1, kBadSlot = 2 };
+enum DeviceError : int32_t {
+  kNoError = 0,
+  kBadTokenId = 1,
+  kBadSlot = 2,
+  kBadEditRow = 3,
+  kBadEditToken = 4,
+  kBadChosenToken = 5,
+};
 __device__ inline void report_error(int32_t* errors, DeviceError code, int32_t value, int32_t limit) {
   if (atomicCAS(errors, 0, static_cast<int32_t>(code)) == 0) {
     errors[1] = value;
@@ -64,6 +71,16 @@ void argmax(cudaStream_t s, const float* x, int64_t R, int64_t V, int32_t* ids);
 // ops::sample: logits [R, V], rows [R] -> ids [R]; keys: [R, V] scratch.
 void sample(cudaStream_t s, const float* logits, int64_t R, int64_t V, const SampleRow* rows, uint32_t* keys,
             int32_t* ids);
+
+// ops::edit_logits: logits [R, V] edited in place by edits [E]; an edit outside the logits is
+// skipped and reported in `errors`.
+void edit_logits(cudaStream_t s, float* logits, int64_t R, int64_t V, const LogitEdit* edits, int64_t E,
+                 int32_t* errors);
+
+// ops::logprobs: logits [R, V], ids [R] -> chosen [R], top_ids and top [R, n]. A chosen id
+// outside [0, V) gives NaN and is reported in `errors`.
+void logprobs(cudaStream_t s, const float* logits, int64_t R, int64_t V, const int32_t* ids, int n, float* chosen,
+              int32_t* top_ids, float* top, int32_t* errors);
 
 // k, v: [T, row] f32 into cache slots (slots [T]) of caches [n_slots, row] of `type` (f32, f16
 // or bf16, rounded to nearest even). A slot outside [0, n_slots) is skipped and reported in
