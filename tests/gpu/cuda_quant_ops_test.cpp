@@ -511,7 +511,7 @@ TEST(CudaOps, KQuantMatmulAndRowsMatchTheScalarReference) {
       }
       std::vector<int32_t> ids = {0, int32_t(N - 1), int32_t(N / 2)};
       std::vector<float> want(ids.size() * size_t(K));
-      cpu::ggml_rows(cpu_blocks(q), ids.data(), int64_t(ids.size()), want.data());
+      cpu::ggml_rows(Isa::kScalar, cpu_blocks(q), ids.data(), int64_t(ids.size()), want.data());
       Tensor out = Tensor::empty({int64_t(ids.size()), K}, DType::kF32, kGpu);
       ops::quantized_embedding(ctx, on_gpu(q), on_gpu_i32({int64_t(ids.size())}, ids), out);
       EXPECT_EQ(to_host<float>(out), want) << ggml_type_name(type) << " rows";

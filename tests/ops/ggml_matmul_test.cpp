@@ -177,9 +177,12 @@ TEST(GgmlMatmul, RowDecodeIsTheReferenceBitForBit) {
       for (int64_t n = 0; n < N; ++n) {
         std::vector<float> want(static_cast<size_t>(K)), got(static_cast<size_t>(K));
         dequantize_row(type, blocks.data() + n * w.row_bytes, want.data(), K);
-        cpu::ggml_dequantize_row(w, n, got.data());
-        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-            << ggml_type_name(type) << " lanes=" << w.in_lanes() << " row " << n;
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+          if (!isa_supported(isa)) continue;
+          cpu::ggml_dequantize_row(isa, w, n, got.data());
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+              << ggml_type_name(type) << " lanes=" << w.in_lanes() << " row " << n << " isa " << isa_name(isa);
+        }
       }
     }
   }

@@ -80,7 +80,7 @@ class CpuBackend final : public Backend {
 
   void quantized_embedding(Context&, const QuantizedMatrix& table, const Tensor& ids, Tensor& out) override {
     if (table.is_ggml()) {
-      cpu::ggml_rows(ggml(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
+      cpu::ggml_rows(active_isa(), ggml(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
     } else {
       cpu::affine_rows(affine_args(table), ids.data<int32_t>(), ids.dim(0), out.data<float>());
     }

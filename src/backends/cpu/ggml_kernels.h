@@ -26,8 +26,9 @@ struct GgmlMatrix {
 // shuffles (vpermb, vpmultishiftqb) that ggml_vnni.cpp's decode unpacks them with.
 bool ggml_lanes_pay(Isa isa);
 
-// Row n of w dequantized -> out: K floats.
-void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out);
+// Row n of w dequantized -> out: K floats, the same bits on every ISA (AVX-512 decodes Q4_K and,
+// with VBMI, Q6_K lanes in vectors).
+void ggml_dequantize_row(Isa isa, const GgmlMatrix& w, int64_t n, float* out);
 
 // x: [T, K] f32, bias: [N] f32 or null -> y: [T, N] f32 = x w^T + bias.
 // Scalar ISA: the reference (dequantize each row, plain dot). AVX2/AVX-512: decode (T <= 4)
@@ -47,6 +48,6 @@ void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMat
 bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
 
 // Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
-void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
+void ggml_rows(Isa isa, const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
 
 }  // namespace hearth::cpu

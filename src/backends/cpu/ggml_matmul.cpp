@@ -106,14 +106,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f1
 
 }  // namespace
 
-void ggml_dequantize_row(const GgmlMatrix& w, int64_t n, float* out) {
+void ggml_dequantize_row(Isa isa, const GgmlMatrix& w, int64_t n, float* out) {
   // Prefill dequantizes every weight once per call: the scalar lanes decode took a fifth of a
   // Q4_K_M model's pp512 (bench/RESULTS.md, stop 49).
-  if (w.type == GgmlType::kQ4_K && w.in_lanes() && isa_supported(Isa::kAvx512)) {
+  if (w.type == GgmlType::kQ4_K && w.in_lanes() && isa == Isa::kAvx512) {
     dequantize_q4_k_lanes_avx512(row_of(w, n), out, w.K);
     return;
   }
-  if (w.type == GgmlType::kQ6_K && w.in_lanes() && has_avx512_vbmi()) {
+  if (w.type == GgmlType::kQ6_K && w.in_lanes() && isa == Isa::kAvx512 && has_avx512_vbmi()) {
     dequantize_q6_k_lanes_vbmi(row_of(w, n), out, w.K);
     return;
   }
@@ -126,7 +126,7 @@ namespace {
 void rows_scalar(const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   std::vector<float> row(static_cast<size_t>(w.K));
   for (int64_t n = n0; n < n1; ++n) {
-    ggml_dequantize_row(w, n, row.data());
+    ggml_dequantize_row(Isa::kScalar, w, n, row.data());
     for (int64_t t = 0; t < T; ++t) {
       float acc = 0;
       for (int64_t k = 0; k < w.K; ++k) acc += x[t * w.K + k] * row[static_cast<size_t>(k)];
@@ -140,7 +140,7 @@ void rows_dequant_dot(Isa isa, const float* x, int64_t T, const GgmlMatrix& w, c
                       int64_t n1) {
   std::vector<float> row(static_cast<size_t>(w.K));
   for (int64_t n = n0; n < n1; ++n) {
-    ggml_dequantize_row(w, n, row.data());
+    ggml_dequantize_row(isa, w, n, row.data());
     for (int64_t t = 0; t < T; ++t)
       y[t * w.N + n] = dot(isa, x + t * w.K, row.data(), DType::kF32, w.K) + (bias != nullptr ? bias[n] : 0.0f);
   }
@@ -223,7 +223,7 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
     tile_x = prepare_tile_x(isa, x, T, w.K);
     run = [&](int64_t a, int64_t b) {
       dequantized_tiles_matmul(
-          isa, tile_x, T, w.K, w.N, [&](int64_t n, float* out) { ggml_dequantize_row(w, n, out); }, bias, y, a, b);
+          isa, tile_x, T, w.K, w.N, [&](int64_t n, float* out) { ggml_dequantize_row(isa, w, n, out); }, bias, y, a, b);
     };
   } else if (isa == Isa::kAvx512 && w.type == GgmlType::kQ8_0) {
     run = [&](int64_t a, int64_t b) { rows_decode_avx512<GgmlType::kQ8_0>(x, T, w, bias, y, a, b); };
@@ -235,8 +235,8 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
   parallel_rows(pool, w.N, grain_rows, run);
 }
 
-void ggml_rows(const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
-  for (int64_t i = 0; i < n_ids; ++i) ggml_dequantize_row(w, ids[i], out + i * w.K);
+void ggml_rows(Isa isa, const GgmlMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
+  for (int64_t i = 0; i < n_ids; ++i) ggml_dequantize_row(isa, w, ids[i], out + i * w.K);
 }
 
 }  // namespace hearth::cpu
