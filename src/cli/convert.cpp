@@ -80,21 +80,7 @@ int convert_to_gguf(const std::string& src, const std::string& type_name, const 
 constexpr const char* kMlxLmOnlyFlags[] = {"--q-mode",     "--quant-predicate",   "--dtype", "--upload-repo",
                                            "--dequantize", "--trust-remote-code", "-d"};
 
-int run_convert(const std::vector<std::string>& raw_args) {
-  std::vector<std::string> args;
-  for (size_t i = 0; i < raw_args.size(); ++i) {
-    const std::string& a = raw_args[i];
-    // A value of one of convert's own flags (a path may be spelled like anything) is not a flag.
-    const bool is_value =
-        i > 0 && (raw_args[i - 1] == "--mlx-path" || raw_args[i - 1] == "--out" || raw_args[i - 1] == "--hf-path" ||
-                  raw_args[i - 1] == "--type" || raw_args[i - 1] == "--to" || raw_args[i - 1] == "--q-bits" ||
-                  raw_args[i - 1] == "--q-group-size");
-    for (const char* flag : kMlxLmOnlyFlags) {
-      if (!is_value && (a == flag || a.rfind(std::string(flag) + "=", 0) == 0))
-        throw Unsupported(std::string("convert: mlx_lm.convert's ") + flag + " is not implemented");
-    }
-    args.push_back(a == "-q" && !is_value ? "--quantize" : a);
-  }
+int run_convert(const std::vector<std::string>& args) {
   std::string src, hf_path, mlx_path, to, type, out;
   bool quantize = false;
   int64_t bits = 4, group_size = 64;
@@ -115,6 +101,9 @@ int run_convert(const std::vector<std::string>& raw_args) {
   f.add("to", "Output format: mlx (default, with -q) or gguf.", &to);
   f.add("type", "With --to gguf: f16 (default), bf16, q8_0 or q4_0 for the weight matrices (f32 too).", &type);
   f.add("out", "With --to gguf: the output file.", &out);
+  f.alias("-q", "quantize");
+  for (const char* flag : kMlxLmOnlyFlags)
+    f.refuse(flag, std::string("mlx_lm.convert's ") + flag + " is not implemented");
   if (!f.parse(args)) return 0;
   if (!hf_path.empty()) {
     if (!src.empty()) throw InputError("convert: give the source as SRC or --hf-path, not both");

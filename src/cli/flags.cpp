@@ -77,10 +77,20 @@ void Flags::set(Spec& spec, const std::string& value) {
   spec.seen = true;
 }
 
+void Flags::alias(const std::string& spelled, const std::string& name) { aliases_.emplace_back(spelled, name); }
+
+void Flags::refuse(const std::string& spelled, const std::string& why) { refused_.emplace_back(spelled, why); }
+
 bool Flags::parse(const std::vector<std::string>& args) {
   bool positional_seen = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
+    for (const auto& [spelled, why] : refused_) {
+      if (a == spelled || a.rfind(spelled + "=", 0) == 0) throw Unsupported(verb_ + ": " + why);
+    }
+    for (const auto& [spelled, name] : aliases_) {
+      if (a == spelled) a = "--" + name;
+    }
     if (a == "--help" || a == "-h") {
       std::fputs(help().c_str(), stdout);
       return false;

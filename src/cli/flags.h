@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -24,6 +25,11 @@ class Flags {
   // Up to one positional argument (e.g. the model), with its help.
   void positional(const std::string& name, const std::string& help, std::string* target);
   void require(const std::string& name);
+  // An argument spelled exactly `spelled` (say "-q") stands for --name.
+  void alias(const std::string& spelled, const std::string& name);
+  // A flag this verb knows and does not implement (another tool's, say): `spelled` ("--x" or
+  // "-x"), alone or as --x=VALUE, throws Unsupported("<verb>: <why>") rather than "unknown flag".
+  void refuse(const std::string& spelled, const std::string& why);
   // The model (a directory or a GGUF file), as a positional argument or --model; required
   // unless `required` is false; never empty.
   void model_dir(const std::string& help, std::string* target, bool required = true);
@@ -48,6 +54,7 @@ class Flags {
 
   std::string verb_, usage_, summary_;
   std::vector<Spec> specs_;
+  std::vector<std::pair<std::string, std::string>> aliases_, refused_;  // (spelled, name or why)
   std::string positional_name_, positional_help_;
   std::string* positional_target_ = nullptr;
   std::string* model_target_ = nullptr;  // model_dir's: given, it may not be empty

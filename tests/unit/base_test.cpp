@@ -126,5 +126,39 @@ TEST(Flags, ParsesTypedValuesAndRefusesUnknownFlags) {
   EXPECT_THROW(parse({"--model", "m", "stray"}), InputError);
 }
 
+// An alias stands for its flag; a refused flag fails by name, alone or with =VALUE, but a value
+// spelled like it (a path after --out) is a value.
+TEST(Flags, AliasesAndRefusedFlags) {
+  auto parse = [](std::vector<std::string> args, bool* q = nullptr, std::string* out = nullptr) {
+    bool quantize = false;
+    std::string path;
+    cli::Flags f("verb", "", "");
+    f.add("quantize", "", &quantize);
+    f.add("out", "", &path);
+    f.alias("-q", "quantize");
+    f.refuse("--dtype", "other's --dtype is not implemented");
+    f.refuse("-d", "other's -d is not implemented");
+    const bool ok = f.parse(args);
+    if (q) *q = quantize;
+    if (out) *out = path;
+    return ok;
+  };
+  bool q = false;
+  std::string out;
+  EXPECT_TRUE(parse({"-q", "--out", "-d"}, &q, &out));
+  EXPECT_TRUE(q);
+  EXPECT_EQ(out, "-d");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--dtype", "f16"}, {"--dtype=f16"}, {"-q", "-d"}}) {
+    try {
+      parse(args);
+      ADD_FAILURE() << args.back() << " was not refused";
+    } catch (const Unsupported& e) {
+      EXPECT_NE(std::string(e.what()).find("is not implemented"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse({"-q", "-q"}), InputError);  // the alias counts as its flag: given twice
+}
+
 }  // namespace
 }  // namespace hearth
