@@ -316,6 +316,23 @@ TEST_P(CudaParity, DeviceProcessorsAndLogprobsMatchTheHostSampler) {
       sb.tokens.push_back(got.ids[0]);
     }
     EXPECT_EQ(b.graph_replays(), 12 - 2);
+    // A generation with the same parameters draws the same tokens, each with its logprobs.
+    Engine engine(*m, Context{nullptr, kGpu});
+    GenerationRequest req;
+    req.prompt = f.tokens;
+    req.max_tokens = 12;
+    req.ignore_eos = true;
+    req.sampling = p;
+    req.top_logprobs = 3;
+    GenerationStream stream(engine, req);
+    std::vector<int32_t> generated;
+    while (auto ev = stream.next()) {
+      generated.push_back(ev->token);
+      ASSERT_TRUE(ev->logprobs.has_value());
+      EXPECT_EQ(ev->logprobs->top.size(), 3u);
+    }
+    EXPECT_EQ(generated,
+              std::vector<int32_t>(sa.tokens.begin() + static_cast<std::ptrdiff_t>(n_prompt), sa.tokens.end()));
   }
 }
 
