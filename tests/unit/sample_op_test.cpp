@@ -142,25 +142,6 @@ TEST(SampleOp, RefusesBadShapes) {
   EXPECT_THROW(ops::sample(ctx, x, Tensor::zeros({2, 6}, DType::kF32), ids), InputError);
 }
 
-TEST(SampleOp, EngineStepSampleDrawsFromTheStepsLogits) {
-  const auto model = load_model(testing::data_path("parity/qwen3"), LoadOptions{});
-  SamplingParams p{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 5};
-  Sampler host(p), device(p);
-  Engine a(*model, Context{nullptr, kCpu}), b(*model, Context{nullptr, kCpu});
-  Sequence sa, sb;
-  sa.tokens = sb.tokens = {1, 17, 42, 7};
-  for (int step = 0; step < 6; ++step) {
-    const int64_t n = step == 0 ? 4 : 1;
-    const Tensor logits = a.step({{&sa, n}});
-    const int32_t want = host.sample(logits.data<float>(), logits.dim(1));
-    const SampleRow row = device.device_row();
-    const int32_t got = b.step_sample({{&sb, n}}, {&row, 1}).at(0);
-    ASSERT_EQ(got, want) << "step " << step;
-    sa.tokens.push_back(want);
-    sb.tokens.push_back(got);
-  }
-}
-
 // ops::logprobs (its CPU reference, core/logprobs.h) against a plain sort and log_softmax in long
 // double: the best come out by descending logit, ties by lower id, NaN last; n up to min(V, 20).
 TEST(LogprobsOp, IsLogSoftmaxWithTheBestInOrder) {
@@ -238,13 +219,14 @@ TEST(EditLogitsOp, RefusesEditsOutsideTheLogits) {
   EXPECT_EQ(x.data<float>()[5], 1.0f);
 }
 
-// The engine's device draw with logit processors and logprobs (on the CPU: the ops' references)
-// gives the host Sampler's tokens and logprobs from the same step's logits.
+// The engine's device draw, with and without logit processors, with logprobs (on the CPU: the
+// ops' references), gives the host Sampler's tokens and logprobs from the same step's logits.
 TEST(SampleOp, EngineStepDrawProcessesAndReportsLogprobsAsTheHost) {
   const auto model = load_model(testing::data_path("parity/qwen3"), LoadOptions{});
   const int64_t vocab = model->info().vocab_size;
   for (const SamplingParams& p :
-       {SamplingParams{.repetition_penalty = 1.5f, .logit_bias = {{17, -100.0f}, {3, 4.0f}}},
+       {SamplingParams{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 5},
+        SamplingParams{.repetition_penalty = 1.5f, .logit_bias = {{17, -100.0f}, {3, 4.0f}}},
         SamplingParams{
             .temperature = 0.9f, .top_k = 30, .presence_penalty = 1.0f, .frequency_penalty = 0.5f, .seed = 8}}) {
     Sampler host(p), device(p);
