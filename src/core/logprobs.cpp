@@ -22,18 +22,11 @@ int row_logprobs(const float* logits, int64_t V, int32_t chosen, int top_n, floa
   auto logprob = [&](int64_t i) { return static_cast<float>(static_cast<double>(logits[i]) - log_z); };
   *chosen_logprob = logprob(chosen);
 
-  // The n smallest keys by a bounded insertion: a key that is not among the n best so far costs
-  // one comparison.
   const int n = static_cast<int>(std::min<int64_t>(top_n, V));
   uint64_t best[kMaxTopLogprobs];
   int have = 0;
-  for (int64_t i = 0; i < V && n > 0; ++i) {
-    const uint64_t key = sampling::full_key(sampling::order_key(logits[i]), i);
-    if (have == n && key >= best[n - 1]) continue;
-    int at = have < n ? have++ : n - 1;
-    for (; at > 0 && best[at - 1] > key; --at) best[at] = best[at - 1];
-    best[at] = key;
-  }
+  for (int64_t i = 0; i < V && n > 0; ++i)
+    sampling::keep_smallest(best, have, n, sampling::full_key(sampling::order_key(logits[i]), i));
   for (int j = 0; j < n; ++j) {
     top_ids[j] = static_cast<int32_t>(best[j] & 0xffffffffu);
     top_logprobs[j] = logprob(top_ids[j]);

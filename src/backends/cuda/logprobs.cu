@@ -4,9 +4,9 @@
 // host, not its row of logits.
 //
 // logprobs: one block of 1024 threads per row, two passes over the row. The first takes the
-// maximum and each thread's n best keys (sampling::full_key: descending logit, ties by lower id)
-// by a bounded insertion, which costs one comparison for a token outside them; the second sums
-// exp(l - max) in double. Then n block-wide minimums over the threads' heads merge the lists.
+// maximum and each thread's n best keys (sampling::full_key: descending logit, ties by lower
+// id) by the host's bounded insertion (sampling::keep_smallest); the second sums exp(l - max)
+// in double. Then n block-wide minimums over the threads' heads merge the lists.
 #include <cstdint>
 
 #include "backends/cuda/cuda_common.h"
@@ -62,11 +62,7 @@ __global__ void logprobs_kernel(const float* logits, int64_t V, const int32_t* i
   for (int64_t i = threadIdx.x; i < V; i += kThreads) {
     const float v = l[i];
     mx = fmaxf(mx, v);  // skips NaN
-    const u64 key = sampling::full_key(sampling::order_key(v), i);
-    if (n == 0 || (have == n && key >= best[n - 1])) continue;
-    int at = have < n ? have++ : n - 1;
-    for (; at > 0 && best[at - 1] > key; --at) best[at] = best[at - 1];
-    best[at] = key;
+    if (n > 0) sampling::keep_smallest<u64>(best, have, n, sampling::full_key(sampling::order_key(v), i));
   }
   mx = block_reduce(
       mx, [](float a, float b) { return fmaxf(a, b); }, max_part);
