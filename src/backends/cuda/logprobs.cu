@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/reduce.cuh"
 #include "core/logprobs.h"
 
 namespace hearth::cuda {
@@ -34,19 +35,6 @@ __global__ void edit_logits_kernel(float* logits, int64_t R, int64_t V, const Lo
   l = sampling::edit_logit(l, e);
 }
 
-// op over the block's threads, returned to every thread; `part` is kWarps slots of shared memory
-// that no other reduction is reading.
-template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op, T* part) {
-  for (int o = 16; o > 0; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();  // the previous reduction's readers are done with part
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = part[0];
-  for (int w = 1; w < kWarps; ++w) v = op(v, part[w]);
-  return v;
-}
-
 __global__ void logprobs_kernel(const float* logits, int64_t V, const int32_t* ids, int n, float* chosen,
                                 int32_t* top_ids, float* top, int32_t* errors) {
   __shared__ u64 key_part[kWarps];
@@ -64,15 +52,15 @@ __global__ void logprobs_kernel(const float* logits, int64_t V, const int32_t* i
     mx = fmaxf(mx, v);  // skips NaN
     if (n > 0) sampling::keep_smallest<u64>(best, have, n, sampling::full_key(sampling::order_key(v), i));
   }
-  mx = block_reduce(
-      mx, [](float a, float b) { return fmaxf(a, b); }, max_part);
+  mx = block_reduce<kThreads>(
+      mx, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, max_part);
   double sum = 0;
   for (int64_t i = threadIdx.x; i < V; i += kThreads) {
     const float e = expf(l[i] - mx);
     if (!isnan(e)) sum += static_cast<double>(e);
   }
-  sum = block_reduce(
-      sum, [](double a, double b) { return a + b; }, sum_part);
+  sum = block_reduce<kThreads>(
+      sum, [](double a, double b) { return a + b; }, 0.0, sum_part);
   const double log_z = static_cast<double>(mx) + log(sum);
   auto logprob = [&](int64_t i) { return static_cast<float>(static_cast<double>(l[i]) - log_z); };
 
@@ -90,8 +78,8 @@ __global__ void logprobs_kernel(const float* logits, int64_t V, const int32_t* i
   int head = 0;
   for (int j = 0; j < n; ++j) {
     const u64 mine = head < have ? best[head] : kNone;
-    const u64 least = block_reduce(
-        mine, [](u64 a, u64 b) { return a < b ? a : b; }, key_part);
+    const u64 least = block_reduce<kThreads>(
+        mine, [](u64 a, u64 b) { return a < b ? a : b; }, kNone, key_part);
     if (mine == least) ++head;
     if (threadIdx.x == 0) {
       const auto id = static_cast<int32_t>(least & 0xffffffffu);

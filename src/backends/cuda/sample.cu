@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/reduce.cuh"
 
 namespace hearth::cuda {
 namespace {
@@ -75,9 +76,11 @@ __device__ inline T* shared_of(T* p, unsigned rank) {
 }
 
 struct Min {
+  static constexpr u64 kIdentity = kNone;
   __device__ u64 operator()(u64 a, u64 b) const { return a < b ? a : b; }
 };
 struct Max {
+  static constexpr u64 kIdentity = 0;
   __device__ u64 operator()(u64 a, u64 b) const { return a > b ? a : b; }
 };
 
@@ -96,23 +99,11 @@ struct Shared {
   uint32_t count;
 };
 
-// op over the block, returned to every thread.
-template <typename Op>
-__device__ u64 block_reduce(u64 v, Op op, Shared& s) {
-  for (int o = 16; o > 0; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();  // warp_part may still be read by a previous reduction
-  if (threadIdx.x % 32 == 0) s.warp_part[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = s.warp_part[0];
-  for (int w = 1; w < kThreads / 32; ++w) v = op(v, s.warp_part[w]);
-  return v;
-}
-
 // op over the cluster: each block's value in its `slot`, read by every warp of every block (lane
 // i reads block i's). The slot must not be written again before the next cluster barrier.
 template <typename Op>
 __device__ u64 cluster_reduce(u64 v, Op op, Shared& s, u64 Shared::*slot) {
-  v = block_reduce(v, op, s);
+  v = block_reduce<kThreads>(v, op, Op::kIdentity, s.warp_part);
   if (threadIdx.x == 0) s.*slot = v;
   cluster_sync();
   const unsigned lane = threadIdx.x % 32;

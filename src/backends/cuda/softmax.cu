@@ -13,14 +13,14 @@ __global__ void softmax_kernel(float* x, int64_t V) {
   float* row = x + blockIdx.x * V;
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < V; i += kRowThreads) mx = fmaxf(mx, row[i]);
-  mx = block_reduce<true>(mx);
+  mx = row_reduce<true>(mx);
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < V; i += kRowThreads) {
     const float e = expf(row[i] - mx);
     row[i] = e;
     sum += e;
   }
-  const float inv = 1.0f / block_reduce<false>(sum);
+  const float inv = 1.0f / row_reduce<false>(sum);
   for (int64_t i = threadIdx.x; i < V; i += kRowThreads) row[i] *= inv;
 }
 
