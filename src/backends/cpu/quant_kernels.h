@@ -46,8 +46,8 @@ void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<c
 
 // AVX2 without VNNI (quant_avx2.cpp): 4/8-bit matrices in the row layout, K a whole number of
 // 32-byte steps, groups of 32 to 128, as integer dots with x rounded to int8 per group as the
-// VNNI panels round it; kAvx2DecodeRows rows of x per pass over the matrix (prefill takes several
-// passes). Returns false, having done nothing, for any other matrix.
+// VNNI panels round it; tiles of 16 weight rows against kAvx2DecodeRows rows of x at a time, so
+// that prefill reads the matrix once. Returns false, having done nothing, for any other matrix.
 constexpr int64_t kAvx2DecodeRows = 4;
 bool affine_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
                         float* y);
