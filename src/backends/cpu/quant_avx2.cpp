@@ -201,14 +201,19 @@ HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w
         }
       }
     }
+    // The bias terms, the x rows' chains side by side (one after another, their FMAs' latency
+    // took ~12% of a prefill).
+    const float* xsum = xr.xsum.data() + t0 * groups;
+    int64_t g = 0;
+    for (; g + 8 <= groups; g += 8) {
+      const __m256 bg = _mm256_loadu_ps(b + g);
+#pragma GCC unroll 4
+      for (int t = 0; t < kT; ++t) total[t] = _mm256_fmadd_ps(bg, _mm256_loadu_ps(xsum + t * groups + g), total[t]);
+    }
     for (int t = 0; t < kT; ++t) {
-      const float* xsum = xr.xsum.data() + (t0 + t) * groups;
-      __m256 acc = total[t];
-      int64_t g = 0;
-      for (; g + 8 <= groups; g += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(b + g), _mm256_loadu_ps(xsum + g), acc);
       float extra = bias != nullptr ? bias[n] : 0.0f;
-      for (; g < groups; ++g) extra += b[g] * xsum[g];
-      y[(t0 + t) * w.N + n] = simd::hsum8(acc) + extra;
+      for (int64_t r = g; r < groups; ++r) extra += b[r] * xsum[t * groups + r];
+      y[(t0 + t) * w.N + n] = simd::hsum8(total[t]) + extra;
     }
   }
 }
