@@ -158,12 +158,14 @@ HEARTH_AVX2 inline __m256i step_dot(const Step& c, const RoundedX& xr, int64_t t
 }
 
 // Rows [n0, n1) of a tile (parameters p) against x rows t0 .. t0 + kT - 1: y = x w^T + bias.
-template <int kBits, int kT>
+// kSteps: steps per group (0: a 64-element step over groups of 32), a constant so that a group's
+// steps unroll and the sums stay in registers (as a variable, GCC kept them on the stack: Q8_0
+// prefill 1.4x slower).
+template <int kBits, int kT, int kSteps>
 HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w, const TileParams& p,
                            const float* bias, float* y, int64_t n0, int64_t n1) {
-  const int64_t K = w.K, groups = xr.groups, gs = w.group_size;
+  const int64_t K = w.K, groups = xr.groups;
   constexpr int64_t kStep = kBits == 4 ? 64 : 32;  // elements per 32 bytes of codes
-  const int64_t steps_per_group = gs / kStep;      // 0 for a 64-element step over groups of 32
   for (int64_t n = n0; n < n1; ++n) {
     const float* s = p.s.data() + (n - n0) * groups;
     const float* b = p.b.data() + (n - n0) * groups;
@@ -171,7 +173,7 @@ HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w
     __m256 total[kT];
 #pragma GCC unroll 4
     for (int t = 0; t < kT; ++t) total[t] = _mm256_setzero_ps();
-    if (steps_per_group == 0) {  // 4 bits, groups of 32: lanes 0-3 and 4-7 of a step
+    if constexpr (kSteps == 0) {  // 4 bits, groups of 32: lanes 0-3 and 4-7 of a step
       for (int64_t e = 0, g = 0; e < K; e += kStep, g += 2) {
         const Step c = unpack<kBits>(codes + e * kBits / 8);
         const __m256 sg = _mm256_setr_m128(_mm_set1_ps(s[g]), _mm_set1_ps(s[g + 1]));
@@ -184,11 +186,16 @@ HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w
       }
     } else {  // whole steps per group: their s32 lanes summed, then one f32 step per group
       for (int64_t g = 0; g < groups; ++g) {
-        const int64_t e0 = g * gs;
+        const int64_t e0 = g * kSteps * kStep;
         __m256i isum[kT];
+        {
+          const Step c = unpack<kBits>(codes + e0 * kBits / 8);
 #pragma GCC unroll 4
-        for (int t = 0; t < kT; ++t) isum[t] = _mm256_setzero_si256();
-        for (int64_t e = e0; e < e0 + gs; e += kStep) {
+          for (int t = 0; t < kT; ++t) isum[t] = step_dot<kBits>(c, xr, t0 + t, e0);
+        }
+#pragma GCC unroll 4
+        for (int i = 1; i < kSteps; ++i) {
+          const int64_t e = e0 + i * kStep;
           const Step c = unpack<kBits>(codes + e * kBits / 8);
 #pragma GCC unroll 4
           for (int t = 0; t < kT; ++t) isum[t] = _mm256_add_epi32(isum[t], step_dot<kBits>(c, xr, t0 + t, e));
@@ -218,15 +225,25 @@ HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w
   }
 }
 
-template <int kBits>
+template <int kBits, int kSteps>
 void tile_rows_for(int64_t kt, const RoundedX& xr, int64_t t0, const AffineMatrix& w, const TileParams& p,
                    const float* bias, float* y, int64_t n0, int64_t n1) {
   switch (kt) {
-    case 1: tile_rows<kBits, 1>(xr, t0, w, p, bias, y, n0, n1); break;
-    case 2: tile_rows<kBits, 2>(xr, t0, w, p, bias, y, n0, n1); break;
-    case 3: tile_rows<kBits, 3>(xr, t0, w, p, bias, y, n0, n1); break;
-    default: tile_rows<kBits, kXRows>(xr, t0, w, p, bias, y, n0, n1); break;
+    case 1: tile_rows<kBits, 1, kSteps>(xr, t0, w, p, bias, y, n0, n1); break;
+    case 2: tile_rows<kBits, 2, kSteps>(xr, t0, w, p, bias, y, n0, n1); break;
+    case 3: tile_rows<kBits, 3, kSteps>(xr, t0, w, p, bias, y, n0, n1); break;
+    default: tile_rows<kBits, kXRows, kSteps>(xr, t0, w, p, bias, y, n0, n1); break;
   }
+}
+
+// The kernel for the matrix's bits and group size (32, 64 or 128).
+using TileRows = void (*)(int64_t, const RoundedX&, int64_t, const AffineMatrix&, const TileParams&, const float*,
+                          float*, int64_t, int64_t);
+TileRows tile_kernel(int bits, int64_t group_size) {
+  if (bits == 4) {
+    return group_size == 32 ? tile_rows_for<4, 0> : group_size == 64 ? tile_rows_for<4, 1> : tile_rows_for<4, 2>;
+  }
+  return group_size == 32 ? tile_rows_for<8, 1> : group_size == 64 ? tile_rows_for<8, 2> : tile_rows_for<8, 4>;
 }
 
 }  // namespace
@@ -234,7 +251,9 @@ void tile_rows_for(int64_t kt, const RoundedX& xr, int64_t t0, const AffineMatri
 bool affine_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, const float* bias,
                         float* y) {
   const bool shape_fits = (w.bits == 4 && w.K % 64 == 0) || (w.bits == 8 && w.K % 32 == 0);
-  if (w.panels || !shape_fits || w.group_size % 32 != 0 || w.group_size > 128) return false;
+  const bool group_fits = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
+  if (w.panels || !shape_fits || !group_fits) return false;
+  const TileRows kernel = tile_kernel(w.bits, w.group_size);
   const RoundedX xr = round_x(pool, x, T, w);
   parallel_rows(pool, w.N, kRowTile, [&](int64_t a, int64_t b) {
     TileParams p;
@@ -242,12 +261,7 @@ bool affine_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const Affin
       const int64_t n1 = std::min(b, n0 + kRowTile);
       tile_params(w, xr.groups, n0, n1, p);
       for (int64_t t0 = 0; t0 < T; t0 += kXRows) {
-        const int64_t kt = std::min<int64_t>(kXRows, T - t0);
-        if (w.bits == 4) {
-          tile_rows_for<4>(kt, xr, t0, w, p, bias, y, n0, n1);
-        } else {
-          tile_rows_for<8>(kt, xr, t0, w, p, bias, y, n0, n1);
-        }
+        kernel(std::min<int64_t>(kXRows, T - t0), xr, t0, w, p, bias, y, n0, n1);
       }
     }
   });

@@ -45,7 +45,7 @@ struct PanelPart {
 void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<const PanelPart> parts);
 
 // AVX2 without VNNI (quant_avx2.cpp): 4/8-bit matrices in the row layout, K a whole number of
-// 32-byte steps, groups of 32 to 128, as integer dots with x rounded to int8 per group as the
+// 32-byte steps, groups of 32, 64 or 128, as integer dots with x rounded to int8 per group as the
 // VNNI panels round it; tiles of 16 weight rows against kAvx2DecodeRows rows of x at a time, so
 // that prefill reads the matrix once. Returns false, having done nothing, for any other matrix.
 constexpr int64_t kAvx2DecodeRows = 4;
