@@ -217,6 +217,7 @@ HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w
 #pragma GCC unroll 4
       for (int t = 0; t < kT; ++t) total[t] = _mm256_fmadd_ps(bg, _mm256_loadu_ps(xsum + t * groups + g), total[t]);
     }
+#pragma GCC unroll 4  // whole, or GCC keeps total[] on the stack through the loops above
     for (int t = 0; t < kT; ++t) {
       float extra = bias != nullptr ? bias[n] : 0.0f;
       for (int64_t r = g; r < groups; ++r) extra += b[r] * xsum[t * groups + r];
