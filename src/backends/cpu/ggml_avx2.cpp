@@ -10,14 +10,19 @@
 // (ql += 64, qh += 32, sc += 8), elements 32g + l (g = 0..3, l = 0..31) take their low four bits
 // from ql[32 (g & 1) + l] (the low nibble for g < 2, the high one after) and their top two from
 // bits 2g, 2g + 1 of qh[l]: one 32-byte load of each gives 32 codes (0..63) in element order.
-// vpmaddubsw (code x xq, pairs to s16: at most 2 * 63 * 127) and vpmaddwd by ones give 8 s32
-// lanes, 0-3 of sub-block 2g and 4-7 of 2g + 1, scaled by their sc in s32 (a block's sum is at
-// most 8 * 4 * 63 * 127 * 128 < 2^31) and by d dx in f32 once per block.
+// vpmaddubsw (code x xq, pairs to s16: at most 2 * 63 * 127) and vpmaddwd by the sub-blocks' sc
+// give 8 s32 lanes, 0-3 of sub-block 2g and 4-7 of 2g + 1, already scaled (a block's sum is at
+// most 8 * 4 * 63 * 127 * 128 < 2^31), then by d dx in f32 once per block. The offsets (-32 for
+// Q6_K, the mins for Q4_K) go the same way: 8 s32 lanes from the sums of xq per 16, in f32 once
+// per block. Scaling by vpmaddwd and the offsets in vectors took a Q4_K_M decode from 12.7 to
+// NEW tok/s on a 2-core Zen 5 as AVX2 (bench/RESULTS.md, stop 51).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/ggml_kernels.h"
@@ -37,7 +42,7 @@ struct BlockX {
   int64_t K = 0, blocks = 0;
   std::vector<int8_t> q;
   std::vector<float> dx;
-  std::vector<int32_t> sub_sums;
+  std::vector<int16_t> sub_sums;  // at most 16 * 127
 };
 
 BlockX round_blocks(const float* x, int64_t T, int64_t K) {
@@ -55,12 +60,12 @@ BlockX round_blocks(const float* x, int64_t T, int64_t K) {
       const float inv = m > 0 ? 127.0f / m : 0.0f;
       r.dx[static_cast<size_t>(t * r.blocks + b)] = m / 127.0f;
       for (int64_t s = 0; s < kBlock / kSub; ++s) {
-        int32_t sum = 0;
+        int16_t sum = 0;
         for (int64_t k = s * kSub; k < (s + 1) * kSub; ++k) {
           // Round to nearest (even) after the same product as the VNNI path's.
           const auto v = static_cast<int8_t>(std::lrint(xb[k] * inv));
           r.q[static_cast<size_t>(t * K + b * kBlock + k)] = v;
-          sum += v;
+          sum = static_cast<int16_t>(sum + v);
         }
         r.sub_sums[static_cast<size_t>((t * K + b * kBlock) / kSub + s)] = sum;
       }
@@ -69,19 +74,19 @@ BlockX round_blocks(const float* x, int64_t T, int64_t K) {
   return r;
 }
 
-// One Q6_K block against kT rows of x (xq: each row's 256 values, sums: its sums per 16): the
-// sub-blocks' s32 sums, scaled by their sc, into acc; the block's d; and per row the term to take
-// off in units of dx (32 d sum_s sc_s sum of xq over s). Forced inline, as q4k_block: as calls
-// the per-row arrays went through memory, ~10% of a Q4_K_M decode.
+// One Q6_K block against kT rows of x (xq: each row's 256 values, sums: its 16 sums per 16, s16):
+// the sub-blocks' s32 sums, scaled by their sc (vpmaddwd by sc, not by ones and a 32-bit
+// multiply), into acc; per row the sums to take off, off[t] (8 s32 lanes that add up to
+// sum_s sc_s (sum of xq over s), to be scaled by 32 d); returns d. Forced inline, as q4k_block: as
+// calls the per-row arrays went through memory, ~10% of a Q4_K_M decode.
 template <int kT>
 HEARTH_AVX2 __attribute__((always_inline)) inline float q6k_block(const uint8_t* blk, const int8_t* const* xq,
-                                                                  const int32_t* const* sums, __m256i* acc,
-                                                                  float* offset) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03), ones = _mm256_set1_epi16(1);
+                                                                  const int16_t* const* sums, __m256i* acc,
+                                                                  __m256i* off) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03);
   const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
   uint16_t d_bits;
   std::memcpy(&d_bits, blk + 208, 2);
-  const float d = f16_to_f32(d_bits);
   for (int h = 0; h < 2; ++h) {
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
     const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
@@ -92,93 +97,105 @@ HEARTH_AVX2 __attribute__((always_inline)) inline float q6k_block(const uint8_t*
       const __m256i top = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2 * g), two), 4);
       const __m256i q = _mm256_or_si256(nib, top);
       const int s = 8 * h + 2 * g;
-      const __m256i scale = _mm256_setr_m128i(_mm_set1_epi32(sc[s]), _mm_set1_epi32(sc[s + 1]));
+      // The pairs of code x xq (at most 2 * 63 * 127) times sc (-128..127): each s32 lane is two
+      // of them, a block's sum under 2^31.
+      const __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(sc[s]), _mm_set1_epi16(sc[s + 1]));
       for (int t = 0; t < kT; ++t) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 128 * h + 32 * g));
-        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-        acc[t] = _mm256_add_epi32(acc[t], _mm256_mullo_epi32(dot, scale));
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scale));
       }
     }
   }
-  for (int t = 0; t < kT; ++t) {
-    int32_t sum = 0;
-    for (int s = 0; s < kBlock / kSub; ++s) sum += sc[s] * sums[t][s];
-    offset[t] = 32.0f * d * static_cast<float>(sum);
-  }
-  return d;
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+  for (int t = 0; t < kT; ++t)
+    off[t] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums[t])), sc16);
+  return _cvtsh_ss(d_bits);
 }
 
-// The same for a Q4_K block (144 bytes: d | dmin | 12 bytes of 6-bit scales and mins | qs[128]): each 64 elements
-// are 32 bytes of qs, low nibbles sub-block 2c and high nibbles 2c + 1 (32 elements each), so a
-// step's 8 s32 lanes are one sub-block's; value = d sc q - dmin m, so a block's dot is
+// A Q4_K block's 8 6-bit scales (sc) and mins (mn), one byte each, from its 12 bytes s, as
+// q4_k_scale_min gives them: sub-blocks 0-3 from the low 6 bits of s[0..3] and s[4..7]; 4-7 from
+// the nibbles of s[8..11] with the top two bits of s[0..3] (scales) and s[4..7] (mins) above.
+HEARTH_AVX2 inline void q4k_scales_mins(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
+  uint32_t w[3];
+  std::memcpy(w, s, 12);
+  const uint32_t sc_lo = w[0] & 0x3f3f3f3fu, mn_lo = w[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);
+  const uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+  *sc = sc_lo | static_cast<uint64_t>(sc_hi) << 32;
+  *mn = mn_lo | static_cast<uint64_t>(mn_hi) << 32;
+}
+
+// The same for a Q4_K block (144 bytes: d | dmin | 12 bytes of 6-bit scales and mins | qs[128]):
+// each 64 elements are 32 bytes of qs, low nibbles sub-block 2c and high nibbles 2c + 1 (32
+// elements each), so a step's 8 s32 lanes are one sub-block's; value = d sc q - dmin m, so a block's
+// dot is
 //   d dx sum_j sc_j sum_{k in j} q_k xq_k - dmin dx sum_j m_j (sum of xq over j).
+// off[t]: 8 s32 lanes, lane j = m_j (sum of xq over j), to be scaled by dmin; returns d, dmin.
 template <int kT>
-HEARTH_AVX2 __attribute__((always_inline)) inline float q4k_block(const uint8_t* blk, const int8_t* const* xq,
-                                                                  const int32_t* const* sums, __m256i* acc,
-                                                                  float* offset) {
+HEARTH_AVX2 __attribute__((always_inline)) inline std::pair<float, float> q4k_block(const uint8_t* blk,
+                                                                                    const int8_t* const* xq,
+                                                                                    const int16_t* const* sums,
+                                                                                    __m256i* acc, __m256i* off) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   uint16_t bits[2];
   std::memcpy(bits, blk, 4);
-  const float d = f16_to_f32(bits[0]), dmin = f16_to_f32(bits[1]);
-  uint8_t sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) q4_k_scale_min(j, blk + 4, &sc[j], &mn[j]);
+  uint64_t sc, mn;
+  q4k_scales_mins(blk + 4, &sc, &mn);
   for (int c = 0; c < 4; ++c) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
     const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-    const __m256i s_lo = _mm256_set1_epi32(sc[2 * c]), s_hi = _mm256_set1_epi32(sc[2 * c + 1]);
+    // Pairs of code x xq (at most 2 * 15 * 127) times sc (0..63) in vpmaddwd.
+    const __m256i s_lo = _mm256_set1_epi16(static_cast<int16_t>((sc >> (16 * c)) & 0xff));
+    const __m256i s_hi = _mm256_set1_epi16(static_cast<int16_t>((sc >> (16 * c + 8)) & 0xff));
     for (int t = 0; t < kT; ++t) {
       const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 64 * c));
       const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[t] + 64 * c + 32));
-      const __m256i d_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), ones);
-      const __m256i d_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), ones);
-      acc[t] =
-          _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_mullo_epi32(d_lo, s_lo), _mm256_mullo_epi32(d_hi, s_hi)));
+      const __m256i d_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x_lo), s_lo);
+      const __m256i d_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x_hi), s_hi);
+      acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(d_lo, d_hi));
     }
   }
+  const __m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
   for (int t = 0; t < kT; ++t) {
-    int32_t sum = 0;
-    for (int j = 0; j < 8; ++j) sum += mn[j] * (sums[t][2 * j] + sums[t][2 * j + 1]);  // per 16: two a sub-block
-    offset[t] = dmin * static_cast<float>(sum);
+    // The sums per 16, two a sub-block, to sums per sub-block.
+    const __m256i per_sub = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums[t])), ones);
+    off[t] = _mm256_mullo_epi32(per_sub, mins);
   }
-  return d;
+  return {_cvtsh_ss(bits[0]), _cvtsh_ss(bits[1])};
 }
 
 // Rows [n0, n1) of y = x w^T + bias for kT rows of x, block by block: the block's s32 sums times
-// d dx in f32, less its offset times dx.
+// d dx, less its offsets times dx (32 d for Q6_K, dmin for Q4_K), in f32.
 template <GgmlType kType, int kT>
 HEARTH_AVX2 void rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
   constexpr size_t kBlockBytes = kType == GgmlType::kQ6_K ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* blk = w.blocks + static_cast<size_t>(n) * w.row_bytes;
     __m256 total[kT];
-    float extra[kT];
-    for (int t = 0; t < kT; ++t) {
-      total[t] = _mm256_setzero_ps();
-      extra[t] = bias != nullptr ? bias[n] : 0.0f;
-    }
+    for (int t = 0; t < kT; ++t) total[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < xr.blocks; ++b, blk += kBlockBytes) {
       const int8_t* xq[kT];
-      const int32_t* sums[kT];
-      __m256i acc[kT];
-      float offset[kT];
+      const int16_t* sums[kT];
+      __m256i acc[kT], off[kT];
       for (int t = 0; t < kT; ++t) {
         xq[t] = xr.q.data() + t * w.K + b * kBlock;
         sums[t] = xr.sub_sums.data() + (t * w.K + b * kBlock) / kSub;
         acc[t] = _mm256_setzero_si256();
       }
-      float d;
+      float d, off_scale;
       if constexpr (kType == GgmlType::kQ6_K) {
-        d = q6k_block<kT>(blk, xq, sums, acc, offset);
+        d = q6k_block<kT>(blk, xq, sums, acc, off);
+        off_scale = 32.0f * d;
       } else {
-        d = q4k_block<kT>(blk, xq, sums, acc, offset);
+        std::tie(d, off_scale) = q4k_block<kT>(blk, xq, sums, acc, off);
       }
       for (int t = 0; t < kT; ++t) {
         const float dx = xr.dx[static_cast<size_t>(t * xr.blocks + b)];
         total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(d * dx), total[t]);
-        extra[t] -= dx * offset[t];
+        total[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(off[t]), _mm256_set1_ps(off_scale * dx), total[t]);
       }
     }
-    for (int t = 0; t < kT; ++t) y[t * w.N + n] = simd::hsum8(total[t]) + extra[t];
+    for (int t = 0; t < kT; ++t) y[t * w.N + n] = simd::hsum8(total[t]) + (bias != nullptr ? bias[n] : 0.0f);
   }
 }
 
