@@ -135,9 +135,8 @@ TEST(GgmlMatmul, EveryIsaMatchesTheScalarReference) {
             // The Q4_K/Q6_K decode, VNNI or AVX2 (of blocks), rounds x to int8 per 256 elements
             // (step max|x| / 127): each product may move by |w| * step / 2.
             const bool k_quant = type == GgmlType::kQ6_K || type == GgmlType::kQ4_K;
-            const bool int8_x =
-                T <= 4 && k_quant &&
-                ((isa == Isa::kAvx512 && cpu::has_avx512_vnni()) || (isa == Isa::kAvx2 && !w.in_lanes()));
+            const bool int8_x = k_quant && ((T <= 4 && isa == Isa::kAvx512 && cpu::has_avx512_vnni()) ||
+                                            (isa == Isa::kAvx2 && !w.in_lanes()));
             // Prefill tiles dequantized to bf16 (AVX512-BF16): x and each weight rounded to bf16,
             // each product within 2^-8 of its own size.
             const bool bf16_tiles = T > 4 && cpu::matmul_rounds_x_to_bf16(isa, DType::kBF16, T);

@@ -45,32 +45,34 @@ struct BlockX {
   std::vector<int16_t> sub_sums;  // at most 16 * 127
 };
 
-BlockX round_blocks(const float* x, int64_t T, int64_t K) {
+BlockX round_blocks(ThreadPool* pool, const float* x, int64_t T, int64_t K) {
   BlockX r;
   r.K = K;
   r.blocks = K / kBlock;
   r.q.resize(static_cast<size_t>(T * K));
   r.dx.resize(static_cast<size_t>(T * r.blocks));
   r.sub_sums.resize(static_cast<size_t>(T * K / kSub));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t b = 0; b < r.blocks; ++b) {
-      const float* xb = x + t * K + b * kBlock;
-      float m = 0.0f;
-      for (int64_t k = 0; k < kBlock; ++k) m = std::max(m, std::fabs(xb[k]));
-      const float inv = m > 0 ? 127.0f / m : 0.0f;
-      r.dx[static_cast<size_t>(t * r.blocks + b)] = m / 127.0f;
-      for (int64_t s = 0; s < kBlock / kSub; ++s) {
-        int16_t sum = 0;
-        for (int64_t k = s * kSub; k < (s + 1) * kSub; ++k) {
-          // Round to nearest (even) after the same product as the VNNI path's.
-          const auto v = static_cast<int8_t>(std::lrint(xb[k] * inv));
-          r.q[static_cast<size_t>(t * K + b * kBlock + k)] = v;
-          sum = static_cast<int16_t>(sum + v);
+  parallel_rows(pool, T, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t b = 0; b < r.blocks; ++b) {
+        const float* xb = x + t * K + b * kBlock;
+        float m = 0.0f;
+        for (int64_t k = 0; k < kBlock; ++k) m = std::max(m, std::fabs(xb[k]));
+        const float inv = m > 0 ? 127.0f / m : 0.0f;
+        r.dx[static_cast<size_t>(t * r.blocks + b)] = m / 127.0f;
+        for (int64_t s = 0; s < kBlock / kSub; ++s) {
+          int16_t sum = 0;
+          for (int64_t k = s * kSub; k < (s + 1) * kSub; ++k) {
+            // Round to nearest (even) after the same product as the VNNI path's.
+            const auto v = static_cast<int8_t>(std::lrint(xb[k] * inv));
+            r.q[static_cast<size_t>(t * K + b * kBlock + k)] = v;
+            sum = static_cast<int16_t>(sum + v);
+          }
+          r.sub_sums[static_cast<size_t>((t * K + b * kBlock) / kSub + s)] = sum;
         }
-        r.sub_sums[static_cast<size_t>((t * K + b * kBlock) / kSub + s)] = sum;
       }
     }
-  }
+  });
   return r;
 }
 
@@ -167,7 +169,8 @@ HEARTH_AVX2 __attribute__((always_inline)) inline std::pair<float, float> q4k_bl
 // Rows [n0, n1) of y = x w^T + bias for kT rows of x, block by block: the block's s32 sums times
 // d dx, less its offsets times dx (32 d for Q6_K, dmin for Q4_K), in f32.
 template <GgmlType kType, int kT>
-HEARTH_AVX2 void rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
+HEARTH_AVX2 void rows(const BlockX& xr, int64_t t0, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
+                      int64_t n1) {
   constexpr size_t kBlockBytes = kType == GgmlType::kQ6_K ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* blk = w.blocks + static_cast<size_t>(n) * w.row_bytes;
@@ -178,8 +181,8 @@ HEARTH_AVX2 void rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, 
       const int16_t* sums[kT];
       __m256i acc[kT], off[kT];
       for (int t = 0; t < kT; ++t) {
-        xq[t] = xr.q.data() + t * w.K + b * kBlock;
-        sums[t] = xr.sub_sums.data() + (t * w.K + b * kBlock) / kSub;
+        xq[t] = xr.q.data() + (t0 + t) * w.K + b * kBlock;
+        sums[t] = xr.sub_sums.data() + ((t0 + t) * w.K + b * kBlock) / kSub;
         acc[t] = _mm256_setzero_si256();
       }
       float d, off_scale;
@@ -190,22 +193,23 @@ HEARTH_AVX2 void rows(const BlockX& xr, const GgmlMatrix& w, const float* bias, 
         std::tie(d, off_scale) = q4k_block<kT>(blk, xq, sums, acc, off);
       }
       for (int t = 0; t < kT; ++t) {
-        const float dx = xr.dx[static_cast<size_t>(t * xr.blocks + b)];
+        const float dx = xr.dx[static_cast<size_t>((t0 + t) * xr.blocks + b)];
         total[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(d * dx), total[t]);
         total[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(off[t]), _mm256_set1_ps(off_scale * dx), total[t]);
       }
     }
-    for (int t = 0; t < kT; ++t) y[t * w.N + n] = simd::hsum8(total[t]) + (bias != nullptr ? bias[n] : 0.0f);
+    for (int t = 0; t < kT; ++t) y[(t0 + t) * w.N + n] = simd::hsum8(total[t]) + (bias != nullptr ? bias[n] : 0.0f);
   }
 }
 
 template <GgmlType kType>
-void rows_for(int64_t T, const BlockX& xr, const GgmlMatrix& w, const float* bias, float* y, int64_t n0, int64_t n1) {
-  switch (T) {
-    case 1: rows<kType, 1>(xr, w, bias, y, n0, n1); break;
-    case 2: rows<kType, 2>(xr, w, bias, y, n0, n1); break;
-    case 3: rows<kType, 3>(xr, w, bias, y, n0, n1); break;
-    default: rows<kType, 4>(xr, w, bias, y, n0, n1); break;
+void rows_for(int64_t kt, const BlockX& xr, int64_t t0, const GgmlMatrix& w, const float* bias, float* y, int64_t n0,
+              int64_t n1) {
+  switch (kt) {
+    case 1: rows<kType, 1>(xr, t0, w, bias, y, n0, n1); break;
+    case 2: rows<kType, 2>(xr, t0, w, bias, y, n0, n1); break;
+    case 3: rows<kType, 3>(xr, t0, w, bias, y, n0, n1); break;
+    default: rows<kType, 4>(xr, t0, w, bias, y, n0, n1); break;
   }
 }
 
@@ -213,13 +217,16 @@ void rows_for(int64_t T, const BlockX& xr, const GgmlMatrix& w, const float* bia
 
 bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y) {
   const bool q6k = w.type == GgmlType::kQ6_K, q4k = w.type == GgmlType::kQ4_K;
-  if (!(q6k || q4k) || w.in_lanes() || T > 4 || w.K % kBlock != 0) return false;
-  const BlockX xr = round_blocks(x, T, w.K);
-  parallel_rows(pool, w.N, 16, [&](int64_t a, int64_t b) {
-    if (q6k) {
-      rows_for<GgmlType::kQ6_K>(T, xr, w, bias, y, a, b);
-    } else {
-      rows_for<GgmlType::kQ4_K>(T, xr, w, bias, y, a, b);
+  if (!(q6k || q4k) || w.in_lanes() || w.K % kBlock != 0) return false;
+  const BlockX xr = round_blocks(pool, x, T, w.K);
+  constexpr int64_t kRowTile = 16;
+  parallel_rows(pool, w.N, kRowTile, [&](int64_t a, int64_t b) {
+    for (int64_t n0 = a; n0 < b; n0 += kRowTile) {
+      const int64_t n1 = std::min(b, n0 + kRowTile);
+      for (int64_t t0 = 0; t0 < T; t0 += 4) {
+        const int64_t kt = std::min<int64_t>(4, T - t0);
+        (q6k ? rows_for<GgmlType::kQ6_K> : rows_for<GgmlType::kQ4_K>)(kt, xr, t0, w, bias, y, n0, n1);
+      }
     }
   });
   return true;

@@ -43,8 +43,9 @@ void ggml_matmul(Isa isa, ThreadPool* pool, const float* x, int64_t T, const Ggm
 bool ggml_vnni_supports(const GgmlMatrix& w, int64_t T);
 void ggml_vnni_matmul(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
 
-// Q6_K and Q4_K decode on AVX2 without VNNI (ggml_avx2.cpp): the file's blocks, T <= 4, x rounded
-// to int8 per 256 elements as above. Returns false, having done nothing, for any other case.
+// Q6_K and Q4_K matmuls on AVX2 without VNNI (ggml_avx2.cpp): the file's blocks, any T (tiles of
+// 16 weight rows against every 4 rows of x), x rounded to int8 per 256 elements as above.
+// Returns false, having done nothing, for any other case.
 bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMatrix& w, const float* bias, float* y);
 
 // Rows `ids` of the dequantized matrix: out [n_ids, K] f32.
