@@ -1,5 +1,6 @@
-// Q6_K and Q4_K decode (T <= 4 rows of x, the file's block layout) on AVX2 without VNNI, as
-// integer dots: x rounded to int8 per 256 elements as the VNNI decode rounds it (ggml_vnni.cpp:
+// Q6_K and Q4_K matmuls (the file's block layout) on AVX2 without VNNI, as integer dots, in tiles
+// of 16 weight rows against every 4 rows of x (prefill reads the matrix once, as quant_avx2.cpp
+// does): x rounded to int8 per 256 elements as the VNNI decode rounds it (ggml_vnni.cpp:
 // xq = rint(x / dx), dx = max|x| / 127). For Q6_K a block's dot is
 //   d dx sum_s sc[s] sum_{k in s} (q_k - 32) xq_k,  s the 16 sub-blocks of 16 elements,
 // with the -32 taken out as -32 d dx sum_s sc[s] (sum of xq over s), from sums made with x.
@@ -15,7 +16,7 @@
 // most 8 * 4 * 63 * 127 * 128 < 2^31), then by d dx in f32 once per block. The offsets (-32 for
 // Q6_K, the mins for Q4_K) go the same way: 8 s32 lanes from the sums of xq per 16, in f32 once
 // per block. Scaling by vpmaddwd and the offsets in vectors took a Q4_K_M decode from 12.7 to
-// NEW tok/s on a 2-core Zen 5 as AVX2 (bench/RESULTS.md, stop 51).
+// 19.5-23.9 tok/s on a 2-core Zen 5 run as AVX2 (bench/RESULTS.md, stop 51).
 #include <immintrin.h>
 
 #include <algorithm>
