@@ -103,8 +103,8 @@ HEARTH_SAMPLE_FN uint64_t full_key(uint32_t key, int64_t id) {
 }
 
 // Keeps the n (> 0) smallest keys seen so far in best[0, have), ascending: a bounded insertion,
-// one comparison for a key that is not among them. The logprobs' top-n on the host and in each
-// GPU thread (Key: the host's or CUDA's 64-bit unsigned type).
+// one comparison for a key that is not among them: the logprobs' top-n on the host (the GPU sorts
+// slices instead, backends/cuda/logprobs.cu). Key: a 64-bit unsigned type.
 template <typename Key>
 HEARTH_SAMPLE_FN void keep_smallest(Key* best, int& have, int n, Key key) {
   if (have == n && key >= best[n - 1]) return;

@@ -322,7 +322,7 @@ TEST(CudaOps, LogprobsAreTheCpuReferences) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(18);
   Context ctx = gpu_ctx(), cpu_ctx{nullptr, kCpu};
-  for (int64_t V : {1, 7, 1000, 151936}) {
+  for (int64_t V : {1, 7, 1000, 151936, 300007}) {  // 300007: slices of several chunks of 1024
     const int64_t R = 4;
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::vector<float> logits(size_t(R * V));

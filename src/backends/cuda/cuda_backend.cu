@@ -286,9 +286,11 @@ class CudaBackend final : public Backend {
 
   void logprobs(Context& ctx, const Tensor& logits, const Tensor& ids, Tensor& chosen, Tensor& top_ids,
                 Tensor& top) override {
-    cuda::logprobs(use_device(ctx.device), logits.data<float>(), logits.dim(0), logits.dim(1), ids.data<int32_t>(),
-                   static_cast<int>(top.dim(1)), chosen.data<float>(), top_ids.data<int32_t>(), top.data<float>(),
-                   errors(ctx.device));
+    const int n = static_cast<int>(top.dim(1));
+    Tensor scratch =
+        Tensor::empty({cuda::logprobs_scratch_bytes(logits.dim(0), logits.dim(1), n)}, DType::kU8, ctx.device);
+    cuda::logprobs(use_device(ctx.device), logits.data<float>(), logits.dim(0), logits.dim(1), ids.data<int32_t>(), n,
+                   chosen.data<float>(), top_ids.data<int32_t>(), top.data<float>(), errors(ctx.device), scratch.raw());
   }
 
  private:

@@ -77,10 +77,12 @@ void sample(cudaStream_t s, const float* logits, int64_t R, int64_t V, const Sam
 void edit_logits(cudaStream_t s, float* logits, int64_t R, int64_t V, const LogitEdit* edits, int64_t E,
                  int32_t* errors);
 
-// ops::logprobs: logits [R, V], ids [R] -> chosen [R], top_ids and top [R, n]. A chosen id
-// outside [0, V) gives NaN and is reported in `errors`.
+// ops::logprobs: logits [R, V], ids [R] -> chosen [R], top_ids and top [R, n] (n <= 20). A
+// chosen id outside [0, V) gives NaN and is reported in `errors`. scratch: device memory of
+// logprobs_scratch_bytes(R, V, n).
+int64_t logprobs_scratch_bytes(int64_t R, int64_t V, int n);
 void logprobs(cudaStream_t s, const float* logits, int64_t R, int64_t V, const int32_t* ids, int n, float* chosen,
-              int32_t* top_ids, float* top, int32_t* errors);
+              int32_t* top_ids, float* top, int32_t* errors, void* scratch);
 
 // k, v: [T, row] f32 into cache slots (slots [T]) of caches [n_slots, row] of `type` (f32, f16
 // or bf16, rounded to nearest even). A slot outside [0, n_slots) is skipped and reported in
