@@ -173,9 +173,12 @@ TEST(LlamaCppQuantized, Q4KMRunsAsItsDequantizedWeights) {
   std::printf("tiny_256 Q4_K_M: mean KL %.3g, max |dlogit| / max |logit| %.3g\n", kl, rel);
   // Measured 4.3e-9 and 3.7e-4 against f32 (the KV caches differ: f16 and f32), 0 and 0 against
   // the bf16 matrices: a random model's logits are flat, so a wrongly decoded block (weights off
-  // by a whole step or scale) shows in the logits' size, not in the KL.
-  EXPECT_LE(kl, 1e-6);
-  EXPECT_LE(rel, 5e-3);
+  // by a whole step or scale) shows in the logits' size, not in the KL. On AVX2 the K-quant
+  // prefill rounds x to int8 per 256 values, as the decode does (ggml_avx2.cpp): measured 1.8e-5
+  // and 2.2e-2 there.
+  const bool int8_x = cpu::active_isa() == cpu::Isa::kAvx2;
+  EXPECT_LE(kl, int8_x ? 1e-4 : 1e-6);
+  EXPECT_LE(rel, int8_x ? 5e-2 : 5e-3);
 }
 
 }  // namespace

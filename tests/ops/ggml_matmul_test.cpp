@@ -206,10 +206,9 @@ TEST(GgmlMatmul, OpsMatchTheDequantizedMatrix) {
       Tensor want = Tensor::empty({rows, N}, DType::kF32), got = Tensor::empty({rows, N}, DType::kF32);
       ops::matmul(ctx, xs, dense, Tensor(), want);
       ops::quantized_matmul(ctx, xs, q, Tensor(), got);
-      const bool int8_x =
-          (cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() &&
-           (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K)) ||
-          (cpu::active_isa() == Isa::kAvx2 && (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K) && rows <= 4);
+      const bool int8_x = (cpu::active_isa() == Isa::kAvx512 && cpu::has_avx512_vnni() &&
+                           (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K)) ||
+                          (cpu::active_isa() == Isa::kAvx2 && (type == GgmlType::kQ6_K || type == GgmlType::kQ4_K));
       // Prefill tiles in bf16 (AVX512-BF16): each product within 2^-8 of its size.
       const bool bf16_tiles = rows > 4 && cpu::matmul_rounds_x_to_bf16(cpu::active_isa(), DType::kBF16, rows);
       for (int64_t t = 0; t < rows; ++t) {

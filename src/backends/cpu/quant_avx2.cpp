@@ -48,6 +48,10 @@ struct RoundedX {
   std::vector<int8_t> q8;
   std::vector<int16_t> q16;
   std::vector<float> dx, xsum, dx_lanes;
+  // Symmetric matrices (no biases: codes around 2^(bits-1), GGUF Q4_0/Q8_0 as loaded) have
+  // b = -2^(bits-1) s per group; xsum holds that power of two times the sums instead, exactly,
+  // so that the bias terms take s as b.
+  bool symmetric = false;
 };
 
 // Row t of x into r (sized for all rows).
@@ -73,7 +77,7 @@ void round_row(const float* x, int64_t t, const AffineMatrix& w, RoundedX& r) {
     }
     const auto i = static_cast<size_t>(t * r.groups + g);
     r.dx[i] = m / 127.0f;
-    r.xsum[i] = sum;
+    r.xsum[i] = r.symmetric ? -static_cast<float>(1 << (w.bits - 1)) * sum : sum;
     if (!r.dx_lanes.empty()) std::fill_n(r.dx_lanes.begin() + static_cast<int64_t>(i) * 4, 4, r.dx[i]);
   }
 }
@@ -85,6 +89,7 @@ RoundedX round_x(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix
   (w.bits == 4 ? r.q8.resize(static_cast<size_t>(T * w.K)) : r.q16.resize(static_cast<size_t>(T * w.K)));
   r.dx.resize(static_cast<size_t>(T * r.groups));
   r.xsum.resize(r.dx.size());
+  r.symmetric = !w.has_biases();
   if (w.bits == 4 && w.group_size == 32) r.dx_lanes.resize(r.dx.size() * 4);
   parallel_rows(pool, T, 1, [&](int64_t a, int64_t b) {
     for (int64_t t = a; t < b; ++t) round_row(x, t, w, r);
@@ -105,22 +110,17 @@ HEARTH_AVX2 void params_f32(const void* p, DType t, int64_t at, int64_t n, float
   for (; i < n; ++i) out[i] = t == DType::kBF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
 }
 
-// The scales s and biases b of a tile's rows [n0, n1) as f32, [row - n0, group].
+// The scales s and biases b of a tile's rows [n0, n1) as f32, [row - n0, group]; a symmetric
+// matrix has no b (RoundedX::symmetric).
 struct TileParams {
   std::vector<float> s, b;
 };
 HEARTH_AVX2 void tile_params(const AffineMatrix& w, int64_t groups, int64_t n0, int64_t n1, TileParams& p) {
   p.s.resize(static_cast<size_t>(kRowTile * groups));
-  p.b.resize(p.s.size());
+  if (w.has_biases()) p.b.resize(p.s.size());
   for (int64_t n = n0; n < n1; ++n) {
-    float* s = p.s.data() + (n - n0) * groups;
-    float* b = p.b.data() + (n - n0) * groups;
-    params_f32(w.scales, w.scale_type, n * groups, groups, s);
-    if (w.has_biases()) {
-      params_f32(w.biases, w.scale_type, n * groups, groups, b);
-    } else {  // symmetric codes around 2^(bits-1) (GGUF Q4_0/Q8_0 as loaded)
-      for (int64_t g = 0; g < groups; ++g) b[g] = -static_cast<float>(1 << (w.bits - 1)) * s[g];
-    }
+    params_f32(w.scales, w.scale_type, n * groups, groups, p.s.data() + (n - n0) * groups);
+    if (w.has_biases()) params_f32(w.biases, w.scale_type, n * groups, groups, p.b.data() + (n - n0) * groups);
   }
 }
 
@@ -168,7 +168,7 @@ HEARTH_AVX2 void tile_rows(const RoundedX& xr, int64_t t0, const AffineMatrix& w
   constexpr int64_t kStep = kBits == 4 ? 64 : 32;  // elements per 32 bytes of codes
   for (int64_t n = n0; n < n1; ++n) {
     const float* s = p.s.data() + (n - n0) * groups;
-    const float* b = p.b.data() + (n - n0) * groups;
+    const float* b = xr.symmetric ? s : p.b.data() + (n - n0) * groups;
     const auto* codes = reinterpret_cast<const uint8_t*>(w.packed + n * (K * kBits / 32));
     __m256 total[kT];
 #pragma GCC unroll 4
