@@ -7,6 +7,18 @@
 #include "core/sample_row.h"
 
 namespace hearth {
+namespace {
+
+// Keeps the n (> 0) smallest keys seen so far in best[0, have), ascending: a bounded insertion,
+// one comparison for a key that is not among them.
+void keep_smallest(uint64_t* best, int& have, int n, uint64_t key) {
+  if (have == n && key >= best[n - 1]) return;
+  int at = have < n ? have++ : n - 1;
+  for (; at > 0 && best[at - 1] > key; --at) best[at] = best[at - 1];
+  best[at] = key;
+}
+
+}  // namespace
 
 int row_logprobs(const float* logits, int64_t V, int32_t chosen, int top_n, float* chosen_logprob, int32_t* top_ids,
                  float* top_logprobs) {
@@ -26,7 +38,7 @@ int row_logprobs(const float* logits, int64_t V, int32_t chosen, int top_n, floa
   uint64_t best[kMaxTopLogprobs];
   int have = 0;
   for (int64_t i = 0; i < V && n > 0; ++i)
-    sampling::keep_smallest(best, have, n, sampling::full_key(sampling::order_key(logits[i]), i));
+    keep_smallest(best, have, n, sampling::full_key(sampling::order_key(logits[i]), i));
   for (int j = 0; j < n; ++j) {
     top_ids[j] = static_cast<int32_t>(best[j] & 0xffffffffu);
     top_logprobs[j] = logprob(top_ids[j]);

@@ -102,16 +102,5 @@ HEARTH_SAMPLE_FN uint64_t full_key(uint32_t key, int64_t id) {
   return static_cast<uint64_t>(key) << 32 | static_cast<uint64_t>(id);
 }
 
-// Keeps the n (> 0) smallest keys seen so far in best[0, have), ascending: a bounded insertion,
-// one comparison for a key that is not among them: the logprobs' top-n on the host (the GPU sorts
-// slices instead, backends/cuda/logprobs.cu). Key: a 64-bit unsigned type.
-template <typename Key>
-HEARTH_SAMPLE_FN void keep_smallest(Key* best, int& have, int n, Key key) {
-  if (have == n && key >= best[n - 1]) return;
-  int at = have < n ? have++ : n - 1;
-  for (; at > 0 && best[at - 1] > key; --at) best[at] = best[at - 1];
-  best[at] = key;
-}
-
 }  // namespace sampling
 }  // namespace hearth

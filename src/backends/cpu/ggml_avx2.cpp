@@ -221,13 +221,11 @@ bool ggml_matmul_avx2(ThreadPool* pool, const float* x, int64_t T, const GgmlMat
   if (!(q6k || q4k) || w.in_lanes() || w.K % kBlock != 0) return false;
   const BlockX xr = round_blocks(pool, x, T, w.K);
   constexpr int64_t kRowTile = 16;
+  const auto kernel = q6k ? rows_for<GgmlType::kQ6_K> : rows_for<GgmlType::kQ4_K>;
   parallel_rows(pool, w.N, kRowTile, [&](int64_t a, int64_t b) {
     for (int64_t n0 = a; n0 < b; n0 += kRowTile) {
       const int64_t n1 = std::min(b, n0 + kRowTile);
-      for (int64_t t0 = 0; t0 < T; t0 += 4) {
-        const int64_t kt = std::min<int64_t>(4, T - t0);
-        (q6k ? rows_for<GgmlType::kQ6_K> : rows_for<GgmlType::kQ4_K>)(kt, xr, t0, w, bias, y, n0, n1);
-      }
+      for (int64_t t0 = 0; t0 < T; t0 += 4) kernel(std::min<int64_t>(4, T - t0), xr, t0, w, bias, y, n0, n1);
     }
   });
   return true;
