@@ -16,6 +16,10 @@ const std::vector<KnobInfo>& all_knobs() {
       {"HEARTH_ISA", "auto",
        "CPU kernel instruction set: auto (best the CPU has), scalar (reference kernels), avx2, "
        "avx512. Asking for one the CPU lacks is an error."},
+      {"HEARTH_CPU_AMX", "1",
+       "CPU prefill matmuls over 4- and 8-bit panel matrices run on AMX tiles where the CPU and "
+       "the kernel have them (Intel Sapphire Rapids and later): 1, or 0 for the AVX-512 VNNI "
+       "kernels (for comparison; the results are the same to the bit)."},
       {"HEARTH_THREADS", "0", "CPU worker threads; 0 means one per online core."},
       {"HEARTH_DEVICE_GRAPHS", "1",
        "GPU decode steps (up to 8 sequences) replay a recorded CUDA graph: 1, or 0 to launch "
@@ -127,6 +131,11 @@ class CachedFlag {
 
 bool device_graphs() {
   static CachedFlag f("HEARTH_DEVICE_GRAPHS");
+  return f.get();
+}
+
+bool cpu_amx() {
+  static CachedFlag f("HEARTH_CPU_AMX");
   return f.get();
 }
 

@@ -25,6 +25,8 @@ std::string knob_text(std::string_view env);
 namespace knobs {
 // CPU instruction set for kernels: auto | scalar | avx2 | avx512.
 std::string isa();
+// Whether CPU prefill may use AMX tiles where the CPU has them (HEARTH_CPU_AMX, default on).
+bool cpu_amx();
 // Worker threads for the CPU backend; 0 = one per core.
 int threads();
 // Whether GPU decode steps replay recorded device graphs (HEARTH_DEVICE_GRAPHS, default on).

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/quant_kernels.h"
 #include "base/error.h"
+#include "base/knobs.h"
 #include "core/context.h"
 #include "core/ops.h"
 
@@ -211,6 +213,39 @@ TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
         }
       }
     }
+}
+
+// On a CPU with AMX, panel prefill takes a group's int32 dots on tiles and then the VNNI
+// kernel's float steps: its results must be the VNNI kernel's (HEARTH_CPU_AMX=0) to the bit, for
+// each width and group size, parameter types with and without pairing, a short last panel
+// (N = 45), and x rows that fill part of one tile (5, 9), several with a tail (70), and more than
+// one chunk (150).
+TEST(AffineMatmul, AmxTilesGiveTheVnniResultsToTheBit) {
+  if (!cpu::has_amx()) GTEST_SKIP() << "no AMX";
+  const int64_t N = 45;
+  ThreadPool pool(2);
+  for (int64_t K : {256, 2304})
+    for (const QuantSpec spec :
+         {QuantSpec{4, 32}, QuantSpec{4, 64}, QuantSpec{4, 128}, QuantSpec{8, 32}, QuantSpec{8, 64}, QuantSpec{8, 128}})
+      for (DType st : {DType::kBF16, DType::kF16}) {
+        const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 300 + spec.bits, 0.05f);
+        const QuantizedMatrix qp = affine_to_panels(affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st));
+        const cpu::AffineMatrix w = affine_args(qp);
+        const std::vector<float> bias = random_floats(static_cast<size_t>(N), 7);
+        for (int64_t T : {5, 9, 70, 150}) {
+          const std::vector<float> x = random_floats(static_cast<size_t>(T * K), 21 + T);
+          std::vector<float> vnni(static_cast<size_t>(T * N)), amx(vnni.size(), -1.0f);
+          {
+            KnobOverride off("HEARTH_CPU_AMX", "0");
+            EXPECT_FALSE(cpu::amx_active(cpu::Isa::kAvx512));
+            cpu::panel_matmul(&pool, x.data(), T, w, bias.data(), vnni.data());
+          }
+          EXPECT_TRUE(cpu::amx_active(cpu::Isa::kAvx512));
+          cpu::panel_matmul(&pool, x.data(), T, w, bias.data(), amx.data());
+          ASSERT_EQ(0, std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)))
+              << spec.bits << "-bit g" << spec.group_size << " K=" << K << " T=" << T << " " << dtype_name(st);
+        }
+      }
 }
 
 // On the CPU, ops::matmul_group over 4/8-bit panel matrices runs as one pass (x rounded once,

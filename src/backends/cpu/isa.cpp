@@ -1,6 +1,8 @@
 #include "backends/cpu/isa.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -72,5 +74,22 @@ bool has_avx512_vbmi() {
   static const bool yes = has_avx512_vnni() && __builtin_cpu_supports("avx512vbmi");
   return yes;
 }
+
+bool has_amx() {
+  static const bool yes = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (!isa_supported(Isa::kAvx512) || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1, int8 = (edx >> 25) & 1, bf16 = (edx >> 22) & 1;
+    if (!tile || !int8 || !bf16) return false;
+    // Linux hands out the tile data state (XFEATURE_XTILEDATA, 18) only to a process that asks
+    // (ARCH_REQ_XCOMP_PERM, 0x1023); the grant covers all its threads, and without it the
+    // first tile instruction is a SIGILL.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return yes;
+}
+
+bool amx_active(Isa isa) { return isa == Isa::kAvx512 && has_amx() && knobs::cpu_amx(); }
 
 }  // namespace hearth::cpu

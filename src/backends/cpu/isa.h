@@ -22,4 +22,11 @@ bool has_avx512_bf16();
 // AVX-512 VNNI and AVX-512 VBMI (vpermb, vpmultishiftqb byte shuffles), for the Q6_K lanes decode.
 bool has_avx512_vbmi();
 
+// AMX (Intel Sapphire Rapids and later): the tile registers with int8 and bf16 dot products,
+// present (CPUID) and granted to this process by the kernel (Linux arch_prctl, asked once).
+bool has_amx();
+// Whether kernels of `isa` run prefill on AMX tiles: AVX-512 active, has_amx(), and the
+// HEARTH_CPU_AMX knob on.
+bool amx_active(Isa isa);
+
 }  // namespace hearth::cpu

@@ -39,10 +39,30 @@ void matmul_fma_tiles(Isa isa, ThreadPool* pool, const float* x, int64_t T, int6
 // dense tiles, single-threaded (the caller splits rows, best in multiples of kDequantTileRows). x comes prepared once
 // per call: rounded to bf16 where matmul_rounds_x_to_bf16(isa, kBF16, T), and then the tiles are bf16 too; else f32.
 constexpr int64_t kDequantTileRows = 32;
+// bf16 prefill on AMX tiles (matmul_amx.cpp, where amx_active and K % 32 == 0): x's bf16 rows
+// packed as the tiles take them, and weight panels of kAmxPanelRows rows against it.
+constexpr int64_t kAmxPanelRows = 32;
+struct AmxX {
+  std::vector<uint32_t> pack;  // per pair of 16-row x tiles and 32-k chunk, 1 KiB a tile; empty: no AMX
+  int64_t T = 0, chunks = 0, tiles = 0;
+};
+AmxX amx_pack_x(const uint16_t* xb, int64_t T, int64_t Kp);
+// y[t, n] (row stride ldy; n < rows <= kAmxPanelRows) = dot(x row t, weight row n) + bias[n] for a
+// panel w of kAmxPanelRows bf16 rows (rows past `rows` finite: their sums are dropped), row n's
+// chunk k (32 values) at w + n * row_stride + k * chunk_stride. Needs this thread's tiles
+// configured by amx_configure_bf16_tiles (amx_release_tiles after the last panel).
+void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_stride, int64_t chunk_stride, int64_t rows, float* y,
+                   int64_t ldy, const float* bias);
+void amx_configure_bf16_tiles();
+void amx_release_tiles();
+// y = x w^T + bias over all of w [N, K] (the HF layout), split across the pool by panels.
+void amx_bf16_matmul(ThreadPool* pool, const AmxX& x, int64_t K, const uint16_t* w, int64_t N, const float* bias,
+                     float* y);
 struct TileX {
   const float* x;              // [T, K]
   std::vector<uint16_t> bf16;  // [T, Kp] or empty
   int64_t Kp;                  // K rounded up to 32
+  AmxX amx;                    // bf16 packed for AMX tiles, where they run
 };
 TileX prepare_tile_x(Isa isa, const float* x, int64_t T, int64_t K);
 void dequantized_tiles_matmul(Isa isa, const TileX& x, int64_t T, int64_t K, int64_t N,

@@ -240,19 +240,43 @@ void run_panels(ThreadPool* pool, const Tiles& tiles, int64_t T, const Output& o
   }
 }
 
+// dequantized_tiles_matmul on AMX: each tile's rows go to bf16 chunk by chunk, a chunk's 32 rows
+// side by side (64 bytes apart), so a tile load reads 1 KiB in one run.
+void dequantized_amx_tiles(Isa isa, const TileX& x, int64_t K, int64_t N,
+                           const std::function<void(int64_t, float*)>& dequantize_row, const float* bias, float* y,
+                           int64_t n0, int64_t n1) {
+  static_assert(kDequantTileRows == kAmxPanelRows);
+  constexpr int64_t kRows = kAmxPanelRows;
+  std::vector<float> row(static_cast<size_t>(K));
+  std::vector<uint16_t> tile(static_cast<size_t>(kRows * K), 0);  // [K / 32][kRows][32]
+  amx_configure_bf16_tiles();
+  for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
+    const int64_t rows = std::min(kRows, n1 - r0);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(r0 + r, row.data());
+      for (int64_t k = 0; k < K; k += 32)
+        store_f32_as(isa, row.data() + k, DType::kBF16, tile.data() + (k * kRows + r * 32), 32);
+    }
+    amx_bf16_rows(x.amx, tile.data(), 32, 32 * kRows, rows, y + r0, N, bias != nullptr ? bias + r0 : nullptr);
+  }
+  amx_release_tiles();
+}
+
 }  // namespace
 
 void matmul_bf16_dots(ThreadPool* pool, const float* x, int64_t T, int64_t K, const uint16_t* w, int64_t N,
                       const float* bias, float* y) {
   const TileX xb = prepare_tile_x(Isa::kAvx512, x, T, K);
+  if (!xb.amx.pack.empty()) return amx_bf16_matmul(pool, xb.amx, K, w, N, bias, y);
   run_panels(pool, Bf16Dots{xb.bf16.data(), xb.Kp, w, K}, T, Output{y, N, bias});
 }
 
 TileX prepare_tile_x(Isa isa, const float* x, int64_t T, int64_t K) {
-  TileX out{x, {}, padded_k(K)};
+  TileX out{x, {}, padded_k(K), {}};
   if (matmul_rounds_x_to_bf16(isa, DType::kBF16, T)) {
     out.bf16.resize(static_cast<size_t>(T * out.Kp));
     round_rows_to_bf16(x, T, K, out.bf16.data());
+    if (amx_active(isa) && K % 32 == 0) out.amx = amx_pack_x(out.bf16.data(), T, out.Kp);
   }
   return out;
 }
@@ -278,6 +302,7 @@ void dequantized_tiles_matmul(Isa isa, const TileX& x, int64_t T, int64_t K, int
   // Where x was rounded to bf16, the tile goes in bf16 to the bf16 dots: twice the products a
   // cycle, for one more rounding of each weight (docs/numerics.md).
   const bool in_bf16 = !x.bf16.empty();
+  if (!x.amx.pack.empty()) return dequantized_amx_tiles(isa, x, K, N, dequantize_row, bias, y, n0, n1);
   std::vector<float> row(static_cast<size_t>(K)), tile(in_bf16 ? 0 : static_cast<size_t>(kRows * K));
   std::vector<uint16_t> tile16(in_bf16 ? static_cast<size_t>(kRows * K) : 0);
   for (int64_t r0 = n0; r0 < n1; r0 += kRows) {

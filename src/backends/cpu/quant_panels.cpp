@@ -18,13 +18,17 @@
 // when the host reads 55-60, against ~50 without it (bench/RESULTS.md, 2026-12-04, stop 26).
 //
 // Prefill: a register tile of kR panels x kTT x rows, so each unpacked weight vector meets
-// kTT x rows; x is taken in chunks that stay in L2.
+// kTT x rows; x is taken in chunks that stay in L2. On a CPU with AMX (amx_active), the same
+// sums on tiles instead: one tdpbsud takes a group's int32 dots for 16 x rows and a panel's 16
+// rows at once (16 x 16 x 64 products), then the same float step per group, so the results
+// are the VNNI kernel's to the bit.
 #include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/amx.h"
 #include "backends/cpu/page_prefetch.h"
 #include "backends/cpu/parallel_rows.h"
 #include "backends/cpu/quant_kernels.h"
@@ -32,17 +36,21 @@
 #include "base/error.h"
 
 #define HEARTH_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define HEARTH_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
 
 namespace hearth::cpu {
 namespace {
 
-constexpr int64_t kTChunk = 64;  // x rows per prefill chunk
+constexpr int64_t kTChunk = 64;      // x rows per prefill chunk
+constexpr int64_t kAmxRows = 16;     // x rows per AMX tile
+constexpr int64_t kAmxTChunk = 128;  // x rows per AMX prefill chunk (a 4-bit panel is unpacked once per chunk)
 
 // x rounded to int8 per group, in natural order.
 struct PreparedX {
   int64_t T = 0, K = 0, groups = 0;
   int group_size = 0;
-  std::vector<int8_t> q;  // [T, K]
+  std::vector<int8_t> q;  // [T, K] (rows past T, where padded for the AMX tiles: zero)
   // [T, groups]: dx, and each group's exact sum of x times the matrix's bias factor: 1, or for
   // symmetric codes (no biases: w = s (q - 2^(bits-1))) the zero point -2^(bits-1), so that
   // the bias term is s * xsum either way and symmetric groups multiply nothing more. Exact:
@@ -74,14 +82,19 @@ HEARTH_VNNI void prepare_row(const float* x, PreparedX& p, int64_t t) {
   }
 }
 
-void prepare_x(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, PreparedX& p) {
+// x rounded into p, its arrays padded with zero rows up to a multiple of pad_rows.
+void prepare_x(ThreadPool* pool, const float* x, int64_t T, const AffineMatrix& w, int64_t pad_rows, PreparedX& p) {
   p.T = T;
   p.K = w.K;
   p.group_size = w.group_size;
   p.groups = w.K / w.group_size;
-  p.q.resize(static_cast<size_t>(T * w.K));
-  p.dx.resize(static_cast<size_t>(T * p.groups));
+  const int64_t padded = (T + pad_rows - 1) / pad_rows * pad_rows;
+  p.q.resize(static_cast<size_t>(padded * w.K));
+  p.dx.resize(static_cast<size_t>(padded * p.groups));
   p.xsum.resize(p.dx.size());
+  std::fill(p.q.begin() + T * w.K, p.q.end(), int8_t{0});
+  std::fill(p.dx.begin() + T * p.groups, p.dx.end(), 0.0f);
+  std::fill(p.xsum.begin() + T * p.groups, p.xsum.end(), 0.0f);
   p.sum_factor = w.panel.biases ? 1.0f : -static_cast<float>(1 << (w.bits - 1));
   auto rows = [&](int64_t a, int64_t b) {
     for (int64_t t = a; t < b; ++t) prepare_row(x + t * w.K, p, t);
@@ -408,6 +421,117 @@ void gemm_range(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p
   }
 }
 
+// ---- Prefill on AMX tiles. C holds a group's int32 dots [16 x rows][16 panel rows]; A x's int8
+// [16 x rows][piece bytes of k]; B the codes [piece / 4][16 rows x 4 bytes], B[i][r][j] being row
+// r's code of element 4i + j: a run of 8-bit panel steps as they lie.
+
+// A 4-bit panel's codes as the B tiles take them, one byte each: step j of group g (elements
+// 8j .. 8j + 7 of each row) gives its low nibbles (+0..3) as 64-byte row 2j of the group and its
+// high nibbles (+4..7) as row 2j + 1, so element k of the row lies in row k / 4 as 8-bit codes do.
+HEARTH_AMX void unpack_panel4(const uint8_t* panel, const PanelLayout& l, int64_t group_size, uint8_t* out) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for_each_group(panel, l, [&](int64_t g, const uint8_t* src, const uint8_t*) HEARTH_AMX {
+    uint8_t* dst = out + g * group_size / 4 * 64;
+    for (int64_t j = 0; j < group_size / 8; ++j) {
+      const __m512i v = _mm512_loadu_si512(src + j * 64);
+      _mm512_storeu_si512(dst + 2 * j * 64, _mm512_and_si512(v, low4));
+      _mm512_storeu_si512(dst + (2 * j + 1) * 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+    }
+  });
+}
+
+// One group's int32 dots for a tile of 16 x rows: C = x [16][gs] (int8, rows K apart) times the
+// codes (B rows of 64 bytes, gs / 4 of them), `piece` k per instruction, through tiles A and B.
+// Tile numbers are literal in the instructions, so there is one function per triple.
+#define HEARTH_GROUP_DOTS(NAME, C, A, B)                                                                     \
+  HEARTH_AMX inline void NAME(const int8_t* x, int64_t K, const uint8_t* codes, int64_t gs, int64_t piece) { \
+    _tile_zero(C);                                                                                           \
+    for (int64_t k = 0; k < gs; k += piece) {                                                                \
+      _tile_loadd(A, x + k, K);                                                                              \
+      _tile_loadd(B, codes + k / 4 * 64, 64);                                                                \
+      _tile_dpbsud(C, A, B);                                                                                 \
+    }                                                                                                        \
+  }
+HEARTH_GROUP_DOTS(group_dots_in_0, 0, 1, 2)
+HEARTH_GROUP_DOTS(group_dots_in_3, 3, 4, 5)
+#undef HEARTH_GROUP_DOTS
+
+// Panel p against x rows t0 .. t0 + 16 (rows past x.T are zero padding, not stored). codes: the
+// panel's unpacked codes (4 bits) or null (8 bits: the tiles load the panel itself). Groups go
+// in pairs through tiles 0 and 3, so that one group's dots are on the tile unit while the vector
+// units scale the other's.
+template <int kBits>
+HEARTH_AMX void amx_tile(const PreparedX& x, const PanelPart& part, int64_t p, int64_t t0, const uint8_t* codes,
+                         int64_t piece) {
+  const AffineMatrix& w = part.w;
+  const PanelLayout& l = w.panel;
+  const int64_t K = x.K, groups = x.groups, gs = x.group_size;
+  const uint8_t* panel = reinterpret_cast<const uint8_t*>(w.packed) + p * l.panel_bytes;
+  const int8_t* xrow = x.q.data() + t0 * K;
+  auto codes_of = [&](int64_t g) { return kBits == 8 ? panel + l.codes_at(g) : codes + g * gs / 4 * 64; };
+  alignas(64) int32_t dots[kAmxRows][16];
+  __m512 acc[kAmxRows];
+#pragma GCC unroll 16
+  for (int t = 0; t < kAmxRows; ++t) acc[t] = _mm512_setzero_ps();
+  // dots (group g's, stored) into acc, as gemm_tile does step for step.
+  auto scale_group = [&](int64_t g) HEARTH_AMX {
+    __m512 scale, b;
+    load_any_params(w, panel + l.params_at(g), scale, b);
+    const float* dx = x.dx.data() + t0 * groups + g;
+    const float* xsum = x.xsum.data() + t0 * groups + g;
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxRows; ++t) {
+      const __m512 d = _mm512_cvtepi32_ps(_mm512_load_si512(dots[t]));
+      acc[t] = _mm512_fmadd_ps(d, _mm512_mul_ps(scale, _mm512_set1_ps(dx[t * groups])), acc[t]);
+      acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(xsum[t * groups]), acc[t]);
+    }
+  };
+  group_dots_in_0(xrow, K, codes_of(0), gs, piece);
+  for (int64_t g = 0; g < groups; g += 2) {
+    const bool odd = g + 1 < groups;
+    if (odd) group_dots_in_3(xrow + (g + 1) * gs, K, codes_of(g + 1), gs, piece);
+    _tile_stored(0, dots, 64);
+    scale_group(g);
+    if (!odd) break;
+    if (g + 2 < groups) group_dots_in_0(xrow + (g + 2) * gs, K, codes_of(g + 2), gs, piece);
+    _tile_stored(3, dots, 64);
+    scale_group(g + 1);
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < kAmxRows; ++t) {
+    if (t0 + t < x.T) store_rows(acc[t], part, p, t0 + t);
+  }
+}
+
+// Panels p0 .. p1 against every row of x, x in chunks of kAmxTChunk rows (in L2), each 4-bit
+// panel unpacked once per chunk. The tiles are configured for this thread and released after.
+template <int kBits>
+HEARTH_AMX void amx_gemm_range(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
+  const int64_t piece = std::min<int64_t>(x.group_size, 64);  // k per tdpbsud: a group or a 64-element part of one
+  TileConfig cfg;
+  for (int c : {0, 3}) {  // C, A, B twice (amx_tile)
+    cfg.shape(c, kAmxRows, 64);
+    cfg.shape(c + 1, kAmxRows, static_cast<int>(piece));
+    cfg.shape(c + 2, static_cast<int>(piece / 4), 64);
+  }
+  _tile_loadconfig(&cfg);
+  thread_local std::vector<uint8_t> unpacked;
+  if (kBits == 4) unpacked.resize(static_cast<size_t>(x.K / 4 * 64));
+  for (int64_t c0 = 0; c0 < x.T; c0 += kAmxTChunk) {
+    const int64_t c1 = std::min(x.T, c0 + kAmxTChunk);
+    for (int64_t p = p0; p < p1; ++p) {
+      if constexpr (kBits == 4) {
+        unpack_panel4(reinterpret_cast<const uint8_t*>(part.w.packed) + p * part.w.panel.panel_bytes, part.w.panel,
+                      x.group_size, unpacked.data());
+        // GCC's tileloadd asm does not say it reads memory: the unpacked codes must be stored first.
+        __asm__ volatile("" ::: "memory");
+      }
+      for (int64_t t0 = c0; t0 < c1; t0 += kAmxRows) amx_tile<kBits>(x, part, p, t0, unpacked.data(), piece);
+    }
+  }
+  _tile_release();
+}
+
 }  // namespace
 
 void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<const PanelPart> parts) {
@@ -415,8 +539,9 @@ void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<c
   // the pool's threads read these and not their own thread_local copies.
   thread_local PreparedX buffers;
   PreparedX& p = buffers;
-  prepare_x(pool, x, T, parts[0].w, p);
   const bool decode = T <= kVnniDecodeRows;
+  const bool amx = !decode && amx_active(Isa::kAvx512);
+  prepare_x(pool, x, T, parts[0].w, amx ? kAmxRows : 1, p);
   // The parts' panels as one range, so that each thread streams one run of rows through the
   // group instead of a share of every matrix, and the group pays for one fork and join.
   std::vector<int64_t> starts(parts.size() + 1, 0);
@@ -436,6 +561,8 @@ void panel_matmul_group(ThreadPool* pool, const float* x, int64_t T, std::span<c
       const PanelPart& part = parts[i];
       if (decode) {
         part.w.bits == 4 ? decode_any<4>(p, part, lo, hi) : decode_any<8>(p, part, lo, hi);
+      } else if (amx) {
+        part.w.bits == 4 ? amx_gemm_range<4>(p, part, lo, hi) : amx_gemm_range<8>(p, part, lo, hi);
       } else {
         part.w.bits == 4 ? gemm_range<4>(p, part, lo, hi) : gemm_range<8>(p, part, lo, hi);
       }

@@ -1,0 +1,175 @@
+// Prefill with bf16 weights on AMX tiles: y[t, n] = sum_k xb[t, k] * w[n, k] + bias[n], the
+// AVX512-BF16 path's arithmetic (x rounded to bf16 once per call, exact products, f32 sums) on
+// the tile unit, which takes 16 x 16 x 32 products an instruction (tdpbf16ps) where vdpbf16ps
+// takes 16 x 2.
+//
+// Tiles: C0..C3 (tmm0-3) the f32 sums of 2 x 2 blocks of [16 weight rows][16 x rows]; A0, A1
+// (tmm4-5) 16 weight rows x 32 k each, loaded from the rows as they lie (the HF layout); B0, B1
+// (tmm6-7) x, packed once per call so that B row i holds the 16 x rows' bf16 pairs (k = 2i,
+// 2i + 1) of a 32-k chunk. A weight panel of 32 rows meets every pair of x tiles while it sits
+// in L2; each C block is transposed on its way out into y's rows.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/amx.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/simd.h"
+#include "base/error.h"
+
+#define HEARTH_AMX_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,amx-tile,amx-bf16")))
+
+namespace hearth::cpu {
+namespace {
+
+constexpr int64_t kTileRows = 16, kChunk = 32;  // rows of a tile; k per tile step (64 bytes of bf16)
+
+// r[i] = column i of the 16 x 16 matrix of 32-bit elements whose rows were r.
+HEARTH_AVX512 inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8;
+       ++i) {  // per 128-bit block: t[2i] = (r2i[0], r2i+1[0], r2i[1], r2i+1[1]), t[2i+1] the same of [2], [3]
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], block b: rows 4i .. 4i + 3, element 4b + j
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {  // column 4b + j: block b of r[j], r[4 + j], r[8 + j], r[12 + j]
+    const __m512i s0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), s1 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    const __m512i s2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+    const __m512i s3 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+    t[j] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    t[4 + j] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    t[8 + j] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
+    t[12 + j] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// y rows t0 .. t0 + 16 (those below T), columns [0, cols) of a block C [16 weight rows][16 x
+// rows] (c, 16 floats a row): C transposed, plus the bias.
+HEARTH_AVX512 void store_block(const float* c, float* y, int64_t ldy, int64_t t0, int64_t T, int64_t cols,
+                               const float* bias) {
+  if (cols <= 0) return;
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + 16 * i);
+  transpose16(r);
+  const __mmask16 m = simd::tail_mask16(cols);
+  const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
+  for (int64_t t = 0; t < kTileRows && t0 + t < T; ++t) {
+    _mm512_mask_storeu_ps(y + (t0 + t) * ldy, m, _mm512_add_ps(_mm512_castsi512_ps(r[t]), b));
+  }
+}
+
+HEARTH_AMX_BF16 void configure_tiles() {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) cfg.shape(i, kTileRows, 64);
+  _tile_loadconfig(&cfg);
+}
+
+HEARTH_AMX_BF16 void release_tiles() { _tile_release(); }
+
+HEARTH_AVX512 AmxX pack_x(const uint16_t* xb, int64_t T, int64_t Kp) {
+  HEARTH_CHECK(Kp % kChunk == 0);
+  AmxX out;
+  out.T = T;
+  out.chunks = Kp / kChunk;
+  out.tiles = (T + 2 * kTileRows - 1) / (2 * kTileRows) * 2;  // x tiles go in pairs
+  out.pack.resize(static_cast<size_t>(out.tiles * out.chunks * 256));
+  for (int64_t j = 0; j < out.tiles; ++j) {
+    for (int64_t c = 0; c < out.chunks; ++c) {
+      __m512i r[16];  // x row 16j + i's 16 pairs of the chunk, then transposed: B's rows
+      for (int64_t i = 0; i < kTileRows; ++i) {
+        const int64_t t = j * kTileRows + i;
+        r[i] = t < T ? _mm512_loadu_si512(xb + t * Kp + c * kChunk) : _mm512_setzero_si512();
+      }
+      transpose16(r);
+      uint32_t* dst = out.pack.data() + (j * out.chunks + c) * 256;
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + 16 * i, r[i]);
+    }
+  }
+  return out;
+}
+
+HEARTH_AMX_BF16 void bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_stride, int64_t chunk_stride, int64_t rows,
+                               float* y, int64_t ldy, const float* bias) {
+  alignas(64) float c[4][256];
+  const int64_t lda = row_stride * 2;  // bytes between weight rows in a tile
+  const uint16_t* w1 = w + kTileRows * row_stride;
+  for (int64_t j = 0; j < x.tiles; j += 2) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint32_t* b0 = x.pack.data() + j * x.chunks * 256;
+    const uint32_t* b1 = b0 + x.chunks * 256;
+    for (int64_t k = 0; k < x.chunks; ++k) {
+      _tile_loadd(4, w + k * chunk_stride, lda);
+      _tile_loadd(5, w1 + k * chunk_stride, lda);
+      _tile_loadd(6, b0 + k * 256, 64);
+      _tile_loadd(7, b1 + k * 256, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+    _tile_stored(2, c[2], 64);
+    _tile_stored(3, c[3], 64);
+    const int64_t t0 = j * kTileRows, t1 = t0 + kTileRows;
+    const float* b_hi = bias != nullptr ? bias + kTileRows : nullptr;
+    store_block(c[0], y, ldy, t0, x.T, std::min(rows, kTileRows), bias);
+    store_block(c[1], y, ldy, t1, x.T, std::min(rows, kTileRows), bias);
+    store_block(c[2], y + kTileRows, ldy, t0, x.T, rows - kTileRows, b_hi);
+    store_block(c[3], y + kTileRows, ldy, t1, x.T, rows - kTileRows, b_hi);
+  }
+}
+
+}  // namespace
+
+AmxX amx_pack_x(const uint16_t* xb, int64_t T, int64_t Kp) { return pack_x(xb, T, Kp); }
+
+void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_stride, int64_t chunk_stride, int64_t rows, float* y,
+                   int64_t ldy, const float* bias) {
+  bf16_rows(x, w, row_stride, chunk_stride, rows, y, ldy, bias);
+}
+
+void amx_configure_bf16_tiles() { configure_tiles(); }
+void amx_release_tiles() { release_tiles(); }
+
+void amx_bf16_matmul(ThreadPool* pool, const AmxX& x, int64_t K, const uint16_t* w, int64_t N, const float* bias,
+                     float* y) {
+  HEARTH_CHECK(K == x.chunks * kChunk);
+  const int64_t panels = (N + kAmxPanelRows - 1) / kAmxPanelRows;
+  auto run = [&](int64_t begin, int64_t end) {
+    configure_tiles();
+    std::vector<uint16_t> tail;  // the last panel's rows, zero-padded to kAmxPanelRows
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t n0 = p * kAmxPanelRows, rows = std::min(kAmxPanelRows, N - n0);
+      const uint16_t* rows_at = w + n0 * K;
+      if (rows < kAmxPanelRows) {
+        tail.assign(static_cast<size_t>(kAmxPanelRows * K), 0);
+        std::memcpy(tail.data(), rows_at, static_cast<size_t>(rows * K) * sizeof(uint16_t));
+        rows_at = tail.data();
+        __asm__ volatile("" ::: "memory");  // GCC's tileloadd asm does not say it reads memory
+      }
+      bf16_rows(x, rows_at, K, kChunk, rows, y + n0, N, bias != nullptr ? bias + n0 : nullptr);
+    }
+    release_tiles();
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(panels, 1, run);
+  } else {
+    run(0, panels);
+  }
+}
+
+}  // namespace hearth::cpu
