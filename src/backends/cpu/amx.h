@@ -18,6 +18,10 @@ struct alignas(64) TileConfig {
     rows[tile] = static_cast<uint8_t>(n_rows);
     colsb[tile] = static_cast<uint16_t>(bytes_per_row);
   }
+  // ldtilecfg for this thread, with all 64 bytes as the operand: GCC 12's _tile_loadconfig names
+  // only the first 8, and the compiler then dropped the stores of the shapes (every tile left
+  // unconfigured, so the first tile instruction raised SIGILL).
+  __attribute__((target("amx-tile"))) void load() const { __asm__ volatile("ldtilecfg %0" ::"m"(*this)); }
 };
 static_assert(sizeof(TileConfig) == 64);
 

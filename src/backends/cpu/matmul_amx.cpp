@@ -71,7 +71,7 @@ HEARTH_AVX512 void store_block(const float* c, float* y, int64_t ldy, int64_t t0
 HEARTH_AMX_BF16 void configure_tiles() {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) cfg.shape(i, kTileRows, 64);
-  _tile_loadconfig(&cfg);
+  cfg.load();
 }
 
 HEARTH_AMX_BF16 void release_tiles() { _tile_release(); }

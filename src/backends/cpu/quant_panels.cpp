@@ -514,7 +514,7 @@ HEARTH_AMX void amx_gemm_range(const PreparedX& x, const PanelPart& part, int64_
     cfg.shape(c + 1, kAmxRows, static_cast<int>(piece));
     cfg.shape(c + 2, static_cast<int>(piece / 4), 64);
   }
-  _tile_loadconfig(&cfg);
+  cfg.load();
   thread_local std::vector<uint8_t> unpacked;
   if (kBits == 4) unpacked.resize(static_cast<size_t>(x.K / 4 * 64));
   for (int64_t c0 = 0; c0 < x.T; c0 += kAmxTChunk) {
