@@ -52,8 +52,11 @@ case "${1:-}" in
     there
     src=$(cat $pack/source_dir)
     if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
-    # The CLI tests run the hearth of the build tree they were built in.
-    if [ ! -x "$src/build/hearth" ]; then mkdir -p "$src/build" && ln -sf "$PWD/$pack/hearth" "$src/build/hearth"; fi
+    # The CLI tests run the hearth and make_random_model of the build tree they were built in.
+    mkdir -p "$src/build/bench"
+    for tool in hearth bench/make_random_model; do
+      [ -x "$src/build/$tool" ] || ln -sf "$PWD/$pack/$(basename $tool)" "$src/build/$tool"
+    done
     failed=0
     for b in $pack/bin/*; do
       if out=$("$b" 2>&1); then
