@@ -457,41 +457,45 @@ HEARTH_GROUP_DOTS(group_dots_in_3, 3, 4, 5)
 #undef HEARTH_GROUP_DOTS
 
 // Panel p against x rows t0 .. t0 + 16 (rows past x.T are zero padding, not stored). codes: the
-// panel's unpacked codes (4 bits) or null (8 bits: the tiles load the panel itself); dots:
-// room for [groups][16][16] int32. First every group's dots on the tile unit, two groups at a
-// time (tiles 0 and 3) so one's store overlaps the other's products; then the float steps over
-// them all. A group's float step right after its own store waited ~100 cycles for the tile
-// store to reach L1 before its loads could start.
+// panel's unpacked codes (4 bits) or null (8 bits: the tiles load the panel itself). Groups go
+// in pairs through tiles 0 and 3, so that one group's dots are on the tile unit while the vector
+// units scale the other's.
 template <int kBits>
 HEARTH_AMX void amx_tile(const PreparedX& x, const PanelPart& part, int64_t p, int64_t t0, const uint8_t* codes,
-                         int64_t piece, int32_t* dots) {
+                         int64_t piece) {
   const AffineMatrix& w = part.w;
   const PanelLayout& l = w.panel;
   const int64_t K = x.K, groups = x.groups, gs = x.group_size;
   const uint8_t* panel = reinterpret_cast<const uint8_t*>(w.packed) + p * l.panel_bytes;
   const int8_t* xrow = x.q.data() + t0 * K;
   auto codes_of = [&](int64_t g) { return kBits == 8 ? panel + l.codes_at(g) : codes + g * gs / 4 * 64; };
-  for (int64_t g = 0; g < groups; g += 2) {
-    group_dots_in_0(xrow + g * gs, K, codes_of(g), gs, piece);
-    if (g + 1 < groups) group_dots_in_3(xrow + (g + 1) * gs, K, codes_of(g + 1), gs, piece);
-    _tile_stored(0, dots + g * 256, 64);
-    if (g + 1 < groups) _tile_stored(3, dots + (g + 1) * 256, 64);
-  }
+  alignas(64) int32_t dots[kAmxRows][16];
   __m512 acc[kAmxRows];
 #pragma GCC unroll 16
   for (int t = 0; t < kAmxRows; ++t) acc[t] = _mm512_setzero_ps();
-  const float* dx = x.dx.data() + t0 * groups;
-  const float* xsum = x.xsum.data() + t0 * groups;
-  for (int64_t g = 0; g < groups; ++g) {
+  // dots (group g's, stored) into acc, as gemm_tile does step for step.
+  auto scale_group = [&](int64_t g) HEARTH_AMX {
     __m512 scale, b;
     load_any_params(w, panel + l.params_at(g), scale, b);
-    const int32_t* d = dots + g * 256;
+    const float* dx = x.dx.data() + t0 * groups + g;
+    const float* xsum = x.xsum.data() + t0 * groups + g;
 #pragma GCC unroll 16
-    for (int t = 0; t < kAmxRows; ++t) {  // as gemm_tile, step for step
-      const __m512 v = _mm512_cvtepi32_ps(_mm512_loadu_si512(d + 16 * t));
-      acc[t] = _mm512_fmadd_ps(v, _mm512_mul_ps(scale, _mm512_set1_ps(dx[t * groups + g])), acc[t]);
-      acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(xsum[t * groups + g]), acc[t]);
+    for (int t = 0; t < kAmxRows; ++t) {
+      const __m512 d = _mm512_cvtepi32_ps(_mm512_load_si512(dots[t]));
+      acc[t] = _mm512_fmadd_ps(d, _mm512_mul_ps(scale, _mm512_set1_ps(dx[t * groups])), acc[t]);
+      acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(xsum[t * groups]), acc[t]);
     }
+  };
+  group_dots_in_0(xrow, K, codes_of(0), gs, piece);
+  for (int64_t g = 0; g < groups; g += 2) {
+    const bool odd = g + 1 < groups;
+    if (odd) group_dots_in_3(xrow + (g + 1) * gs, K, codes_of(g + 1), gs, piece);
+    _tile_stored(0, dots, 64);
+    scale_group(g);
+    if (!odd) break;
+    if (g + 2 < groups) group_dots_in_0(xrow + (g + 2) * gs, K, codes_of(g + 2), gs, piece);
+    _tile_stored(3, dots, 64);
+    scale_group(g + 1);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < kAmxRows; ++t) {
@@ -512,9 +516,7 @@ HEARTH_AMX void amx_gemm_range(const PreparedX& x, const PanelPart& part, int64_
   }
   cfg.load();
   thread_local std::vector<uint8_t> unpacked;
-  thread_local std::vector<int32_t> dots;
   if (kBits == 4) unpacked.resize(static_cast<size_t>(x.K / 4 * 64));
-  dots.resize(static_cast<size_t>(x.groups * 256));
   for (int64_t c0 = 0; c0 < x.T; c0 += kAmxTChunk) {
     const int64_t c1 = std::min(x.T, c0 + kAmxTChunk);
     for (int64_t p = p0; p < p1; ++p) {
@@ -524,8 +526,7 @@ HEARTH_AMX void amx_gemm_range(const PreparedX& x, const PanelPart& part, int64_
         // GCC's tileloadd asm does not say it reads memory: the unpacked codes must be stored first.
         __asm__ volatile("" ::: "memory");
       }
-      for (int64_t t0 = c0; t0 < c1; t0 += kAmxRows)
-        amx_tile<kBits>(x, part, p, t0, unpacked.data(), piece, dots.data());
+      for (int64_t t0 = c0; t0 < c1; t0 += kAmxRows) amx_tile<kBits>(x, part, p, t0, unpacked.data(), piece);
     }
   }
   _tile_release();
