@@ -7,7 +7,6 @@
 // Usage: matvec_bench [N K]   (default 151936 1024)
 #include <immintrin.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,10 +18,9 @@
 #include "core/affine_args.h"
 #include "core/dtype.h"
 #include "core/quant.h"
+#include "best_seconds.h"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 __attribute__((target("avx512f"))) float read_sum(const float* p, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -35,16 +33,6 @@ __attribute__((target("avx512f"))) float read_sum(const float* p, int64_t n) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-template <typename F>
-double best_seconds(F&& f, int reps = 5) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -93,7 +81,7 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     hearth::ThreadPool pool(threads);
     float sink = 0;
-    const double read_s = best_seconds([&] {
+    const double read_s = hearth::bench::best_seconds([&] {
       pool.parallel_for(static_cast<int64_t>(wf.size()) / 64, 1024,
                         [&](int64_t b, int64_t e) { sink += read_sum(wf.data() + b * 64, (e - b) * 64); });
     });
@@ -101,18 +89,18 @@ int main(int argc, char** argv) {
     const double bw = bytes / read_s / 1e9;
     auto rate = [&](const void* w, hearth::DType t, int64_t rows) {
       const double s =
-          best_seconds([&] { hearth::cpu::matmul(isa, &pool, x.data(), 1, K, w, t, rows, nullptr, y.data()); });
+          hearth::bench::best_seconds([&] { hearth::cpu::matmul(isa, &pool, x.data(), 1, K, w, t, rows, nullptr, y.data()); });
       return bytes / s / 1e9;
     };
     auto qrate = [&](const hearth::QuantizedMatrix& q) {
       const hearth::cpu::AffineMatrix m = hearth::affine_args(q);
-      const double s = best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
+      const double s = hearth::bench::best_seconds([&] { hearth::cpu::affine_matmul(isa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(q.nbytes()) / s / 1e9;
     };
     auto krate = [&](const std::vector<uint8_t>& b, hearth::GgmlType type, hearth::cpu::Isa kisa, bool in_lanes) {
       const hearth::cpu::GgmlMatrix m{b.data(), type, N, K, hearth::row_bytes(type, K),
                                             in_lanes ? hearth::GgmlLayout::kLanes : hearth::GgmlLayout::kBlocks};
-      const double s = best_seconds([&] { hearth::cpu::ggml_matmul(kisa, &pool, x.data(), 1, m, nullptr, y.data()); });
+      const double s = hearth::bench::best_seconds([&] { hearth::cpu::ggml_matmul(kisa, &pool, x.data(), 1, m, nullptr, y.data()); });
       return static_cast<double>(b.size()) / s / 1e9;
     };
     const double k4 = krate(q4k, hearth::GgmlType::kQ4_K, isa, false), k6 = krate(q6k, hearth::GgmlType::kQ6_K, isa, false);

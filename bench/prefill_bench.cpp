@@ -5,7 +5,6 @@
 // HEARTH_CPU_AMX off and on, for 1 and 2 threads (or the counts given). Prints multiply-adds per
 // second (T * N * K / the best of 5 calls).
 // Usage: prefill_bench [T N K [THREADS...]]
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,23 +17,7 @@
 #include "core/affine_args.h"
 #include "core/dtype.h"
 #include "core/quant.h"
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double best_seconds(F&& f, int reps = 5) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
-}  // namespace
+#include "best_seconds.h"
 
 int main(int argc, char** argv) {
   using namespace hearth;
@@ -68,11 +51,11 @@ int main(int argc, char** argv) {
       if (std::string(amx) == "1" && !cpu::has_amx()) continue;
       KnobOverride knob("HEARTH_CPU_AMX", amx);
       const double bf16 =
-          best_seconds([&] { cpu::matmul(isa, &pool, x.data(), T, K, w16.data(), DType::kBF16, N, nullptr, y.data()); });
+          hearth::bench::best_seconds([&] { cpu::matmul(isa, &pool, x.data(), T, K, w16.data(), DType::kBF16, N, nullptr, y.data()); });
       const double a4 =
-          best_seconds([&] { cpu::affine_matmul(isa, &pool, x.data(), T, affine_args(q4), nullptr, y.data()); });
+          hearth::bench::best_seconds([&] { cpu::affine_matmul(isa, &pool, x.data(), T, affine_args(q4), nullptr, y.data()); });
       const double a8 =
-          best_seconds([&] { cpu::affine_matmul(isa, &pool, x.data(), T, affine_args(q8), nullptr, y.data()); });
+          hearth::bench::best_seconds([&] { cpu::affine_matmul(isa, &pool, x.data(), T, affine_args(q8), nullptr, y.data()); });
       std::printf("threads %d AMX=%s: bf16 %7.1f GMAC/s  4-bit %7.1f  8-bit %7.1f\n", threads, amx, macs / bf16 / 1e9,
                   macs / a4 / 1e9, macs / a8 / 1e9);
     }
