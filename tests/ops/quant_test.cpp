@@ -217,17 +217,19 @@ TEST(AffineMatmul, EveryIsaMatchesTheScalarReference) {
 
 // On a CPU with AMX, panel prefill takes a group's int32 dots on tiles and then the VNNI
 // kernel's float steps: its results must be the VNNI kernel's (HEARTH_CPU_AMX=0) to the bit, for
-// each width and group size, parameter types with and without pairing, a short last panel
+// each width and group size, even and odd counts of groups, parameter types with and without
+// pairing, a short last panel
 // (N = 45), and x rows that fill part of one tile (5, 9), several with a tail (70), and more than
 // one chunk (150).
 TEST(AffineMatmul, AmxTilesGiveTheVnniResultsToTheBit) {
   if (!cpu::has_amx()) GTEST_SKIP() << "no AMX";
   const int64_t N = 45;
   ThreadPool pool(2);
-  for (int64_t K : {256, 2304})
+  for (int64_t K : {256, 2304, 288})  // 288: an odd count of groups of 32 (the last group alone)
     for (const QuantSpec spec :
          {QuantSpec{4, 32}, QuantSpec{4, 64}, QuantSpec{4, 128}, QuantSpec{8, 32}, QuantSpec{8, 64}, QuantSpec{8, 128}})
       for (DType st : {DType::kBF16, DType::kF16}) {
+        if (K % spec.group_size != 0) continue;
         const std::vector<float> wf = random_floats(static_cast<size_t>(N * K), 300 + spec.bits, 0.05f);
         const QuantizedMatrix qp = affine_to_panels(affine_quantize(Tensor::from_f32({N, K}, wf.data()), spec, st));
         const cpu::AffineMatrix w = affine_args(qp);
