@@ -49,10 +49,9 @@ struct AmxX {
 AmxX amx_pack_x(const uint16_t* xb, int64_t T, int64_t Kp);
 // y[t, n] (row stride ldy; n < rows <= kAmxPanelRows) = dot(x row t, weight row n) + bias[n] for a
 // panel w of kAmxPanelRows bf16 rows (rows past `rows` finite: their sums are dropped), row n's
-// chunk k (32 values) at w + n * row_stride + k * chunk_stride. Needs this thread's tiles
-// configured by amx_configure_bf16_tiles (amx_release_tiles after the last panel).
-void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_stride, int64_t chunk_stride, int64_t rows, float* y,
-                   int64_t ldy, const float* bias);
+// chunk k (32 values) at w + (k * kAmxPanelRows + n) * 32. Needs this thread's tiles configured
+// by amx_configure_bf16_tiles (amx_release_tiles after the last panel).
+void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int64_t ldy, const float* bias);
 void amx_configure_bf16_tiles();
 void amx_release_tiles();
 // y = x w^T + bias over all of w [N, K] (the HF layout), split across the pool by panels.

@@ -68,10 +68,9 @@ HEARTH_AVX512 void store_block(const float* c, float* y, int64_t ldy, int64_t t0
   }
 }
 
-// Rows [0, rows) of w (K apart) into out [K / 32][kAmxPanelRows][32], the rest zero: each tile of
-// 16 rows is then 1 KiB in one run. Loaded from the rows as they lie, 16 rows 2K bytes apart,
-// a tile's lines fall in few L1 sets and come from L2 at each load (prefill_bench: 215 GMAC/s
-// a core, the bf16 path).
+// Rows [0, rows) of w (K apart) into out [K / 32][kAmxPanelRows][32], the rest zero: the panel
+// layout amx_bf16_rows takes, each tile of 16 rows 1 KiB in one run, and the last panel padded
+// by the same code (as fast as loading the tiles from the rows as they lie: bench/RESULTS.md).
 HEARTH_AVX512 void copy_panel(const uint16_t* w, int64_t K, int64_t rows, uint16_t* out) {
   for (int64_t c = 0; c < K / kChunk; ++c) {
     for (int64_t r = 0; r < kAmxPanelRows; ++r) {
@@ -112,11 +111,12 @@ HEARTH_AVX512 AmxX pack_x(const uint16_t* xb, int64_t T, int64_t Kp) {
   return out;
 }
 
-HEARTH_AMX_BF16 void bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_stride, int64_t chunk_stride, int64_t rows,
-                               float* y, int64_t ldy, const float* bias) {
+HEARTH_AMX_BF16 void bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+                               const float* bias) {
   alignas(64) float c[4][256];
-  const int64_t lda = row_stride * 2;  // bytes between weight rows in a tile
-  const uint16_t* w1 = w + kTileRows * row_stride;
+  constexpr int64_t kRunBytes = kChunk * 2;                // a weight row's chunk: a tile row
+  constexpr int64_t kChunkElems = kAmxPanelRows * kChunk;  // a chunk of the panel's rows
+  const uint16_t* w1 = w + kTileRows * kChunk;
   for (int64_t j = 0; j < x.tiles; j += 2) {
     _tile_zero(0);
     _tile_zero(1);
@@ -125,8 +125,8 @@ HEARTH_AMX_BF16 void bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_str
     const uint32_t* b0 = x.pack.data() + j * x.chunks * 256;
     const uint32_t* b1 = b0 + x.chunks * 256;
     for (int64_t k = 0; k < x.chunks; ++k) {
-      _tile_loadd(4, w + k * chunk_stride, lda);
-      _tile_loadd(5, w1 + k * chunk_stride, lda);
+      _tile_loadd(4, w + k * kChunkElems, kRunBytes);
+      _tile_loadd(5, w1 + k * kChunkElems, kRunBytes);
       _tile_loadd(6, b0 + k * 256, 64);
       _tile_loadd(7, b1 + k * 256, 64);
       _tile_dpbf16ps(0, 4, 6);
@@ -151,9 +151,8 @@ HEARTH_AMX_BF16 void bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_str
 
 AmxX amx_pack_x(const uint16_t* xb, int64_t T, int64_t Kp) { return pack_x(xb, T, Kp); }
 
-void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t row_stride, int64_t chunk_stride, int64_t rows, float* y,
-                   int64_t ldy, const float* bias) {
-  bf16_rows(x, w, row_stride, chunk_stride, rows, y, ldy, bias);
+void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int64_t ldy, const float* bias) {
+  bf16_rows(x, w, rows, y, ldy, bias);
 }
 
 void amx_configure_bf16_tiles() { configure_tiles(); }
@@ -169,8 +168,7 @@ void amx_bf16_matmul(ThreadPool* pool, const AmxX& x, int64_t K, const uint16_t*
     for (int64_t p = begin; p < end; ++p) {
       const int64_t n0 = p * kAmxPanelRows, rows = std::min(kAmxPanelRows, N - n0);
       copy_panel(w + n0 * K, K, rows, panel.data());
-      bf16_rows(x, panel.data(), kChunk, kChunk * kAmxPanelRows, rows, y + n0, N,
-                bias != nullptr ? bias + n0 : nullptr);
+      bf16_rows(x, panel.data(), rows, y + n0, N, bias != nullptr ? bias + n0 : nullptr);
     }
     release_tiles();
   };

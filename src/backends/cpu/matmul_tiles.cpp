@@ -257,7 +257,7 @@ void dequantized_amx_tiles(Isa isa, const TileX& x, int64_t K, int64_t N,
       for (int64_t k = 0; k < K; k += 32)
         store_f32_as(isa, row.data() + k, DType::kBF16, tile.data() + (k * kRows + r * 32), 32);
     }
-    amx_bf16_rows(x.amx, tile.data(), 32, 32 * kRows, rows, y + r0, N, bias != nullptr ? bias + r0 : nullptr);
+    amx_bf16_rows(x.amx, tile.data(), rows, y + r0, N, bias != nullptr ? bias + r0 : nullptr);
   }
   amx_release_tiles();
 }
