@@ -22,7 +22,8 @@
 // All compute each row's dot in the same order, so their outputs must be bit-identical (checked,
 // except without waits). Prints the device-to-device copy rate (bytes read + written per second,
 // as hearth bench) and each variant's step time and weight bytes per second.
-// Usage: cuda_stream_chain_bench [REPS] [--quarter] [--gaps]
+// Usage: cuda_stream_chain_bench [REPS] [--quarter] [--gaps] [--graphs]
+// --graphs: only the graphs of one kernel per matvec (hearth's form and its variants).
 // --gaps: idle stretches between the matvecs, as a 4-bit step's small kernels leave (12 us before
 // each o, 4 us before the others): a kernel that waits in the graph; in tma, the consumers of the
 // next matvec idle that long after the previous one's last row while the producers keep loading.
@@ -115,6 +116,64 @@ __global__ void matvec_kernel(Mat m) {
   }
   acc = warp_sum(acc);
   if (lane == 0) m.y[r] = acc;
+}
+
+// The same in hearth's form (matmul.cu's matvec16): launched early (programmatic dependent
+// launch) when the variant asks, each warp asking L2 for the first kHeadBytes of its row before it
+// waits for the previous kernel; kLoads 16-byte loads a lane in flight (4: 2 KiB a warp a round);
+// kSplit warps a row, each summing a contiguous 1/kSplit of it, the parts added in a fixed order
+// through shared memory (a different order of sums from `graph`: not checked bit for bit).
+template <int kLoads, int kSplit, int kHeadBytes>
+__global__ void matvec_early_kernel(Mat m) {
+  constexpr int kRowsPerBlock = 8 / kSplit;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = blockIdx.x * kRowsPerBlock + warp % kRowsPerBlock, part = warp / kRowsPerBlock;
+  const bool valid = r < m.n;
+  const int vecs = m.k / 8 / kSplit;  // 16-byte vectors of this warp's part of the row
+  const uint4* row = m.w + static_cast<int64_t>(valid ? r : 0) * (m.k / 8) + part * vecs;
+  if (valid) {
+    const uintptr_t line = reinterpret_cast<uintptr_t>(row) + lane * 128;
+    for (int b = 0; b < kHeadBytes && b < vecs * 16; b += 32 * 128)
+      if (b + lane * 128 < vecs * 16) asm volatile("prefetch.global.L2 [%0];" ::"l"(line + b));
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  float acc = 0;
+  if (valid) {
+    const float4* x4 = reinterpret_cast<const float4*>(m.x) + 2 * part * vecs;
+    for (int v0 = lane; v0 < vecs; v0 += 32 * kLoads) {
+      uint4 w[kLoads];
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) w[i] = v0 + 32 * i < vecs ? load_stream(row + v0 + 32 * i) : uint4{};
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) {
+        const int v = v0 + 32 * i;
+        if (v >= vecs) break;
+        const float4 a = x4[2 * v], b = x4[2 * v + 1];
+        acc = fmaf(lo(w[i].x), a.x, acc);
+        acc = fmaf(hi(w[i].x), a.y, acc);
+        acc = fmaf(lo(w[i].y), a.z, acc);
+        acc = fmaf(hi(w[i].y), a.w, acc);
+        acc = fmaf(lo(w[i].z), b.x, acc);
+        acc = fmaf(hi(w[i].z), b.y, acc);
+        acc = fmaf(lo(w[i].w), b.z, acc);
+        acc = fmaf(hi(w[i].w), b.w, acc);
+      }
+    }
+    acc = warp_sum(acc);
+  }
+  if constexpr (kSplit == 1) {
+    if (valid && lane == 0) m.y[r] = acc;
+  } else {
+    __shared__ float parts[8];
+    if (lane == 0) parts[warp] = acc;
+    __syncthreads();
+    if (valid && part == 0 && lane == 0) {
+      float sum = parts[warp];
+      for (int p = 1; p < kSplit; ++p) sum += parts[warp + p * kRowsPerBlock];
+      m.y[r] = sum;
+    }
+  }
 }
 
 __device__ inline unsigned long long now_ns() {
@@ -518,10 +577,11 @@ Variant make_tma(const char* name, int wait_mode, const Chain& chain, unsigned* 
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-  bool quarter = false, gaps = false;
+  bool quarter = false, gaps = false, graphs_only = false;
   for (int i = 2; i < argc; ++i) {
     quarter = quarter || std::strcmp(argv[i], "--quarter") == 0;
     gaps = gaps || std::strcmp(argv[i], "--gaps") == 0;
+    graphs_only = graphs_only || std::strcmp(argv[i], "--graphs") == 0;
   }
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
@@ -601,9 +661,40 @@ int main(int argc, char** argv) {
     check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
     variants.push_back(v);
   }
+  // hearth's form and variants of it: early launch, more loads in flight, rows split across warps.
+  auto graph_of = [&](const char* name, auto kernel, int rows_per_block, bool early, bool exact) {
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
+    for (int i = 0; i < count; ++i) {
+      if (host.gap_ns[i] > 0) gap_kernel<<<1, 32, 0, s>>>(host.gap_ns[i]);
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3((host.m[i].n + rows_per_block - 1) / rows_per_block);
+      config.blockDim = dim3(256);
+      config.stream = s;
+      config.attrs = &attr;
+      config.numAttrs = early ? 1 : 0;
+      check(cudaLaunchKernelEx(&config, kernel, host.m[i]), "early launch");
+    }
+    check(cudaStreamEndCapture(s, &g), "capture end");
+    Variant v{name, nullptr, {}, exact};
+    check(cudaGraphInstantiate(&v.exec, g, 0), "instantiate");
+    variants.push_back(v);
+  };
+  graph_of("plain 4", matvec_early_kernel<4, 1, 0>, 8, false, true);
+  graph_of("early 4", matvec_early_kernel<4, 1, 2048>, 8, true, true);
+  graph_of("early 4 h0", matvec_early_kernel<4, 1, 0>, 8, true, true);
+  graph_of("early 4 h4k", matvec_early_kernel<4, 1, 4096>, 8, true, true);
+  graph_of("early 8", matvec_early_kernel<8, 1, 4096>, 8, true, true);
+  graph_of("early 16", matvec_early_kernel<16, 1, 8192>, 8, true, true);
+  graph_of("early 4 split2", matvec_early_kernel<4, 2, 2048>, 4, true, false);
+  graph_of("early 8 split2", matvec_early_kernel<8, 2, 4096>, 4, true, false);
+  graph_of("plain 8 split2", matvec_early_kernel<8, 2, 0>, 4, false, false);
   // Ring depth and grid: 8 warps of 8 chunks an SM was the best of 8x3 to 16x6 (bench/RESULTS.md);
-  // "even": 1024 warps, which divide every matvec's rows evenly.
-  if (!gaps) {  // the stream kernel has no gaps
+  // "even": 1024 warps, which divide every matvec's rows evenly. --graphs: none of these.
+  if (!gaps && !graphs_only) {  // the stream kernel has no gaps
     variants.push_back(make_stream<8>("stream", 8, 0, 0, host, rows_done, s, sms));
     variants.push_back(make_stream<8>("backoff", 8, 3, 0, host, rows_done, s, sms));
     variants.push_back(make_stream<8>("even", 8, 0, 128, host, rows_done, s, sms));
@@ -611,9 +702,11 @@ int main(int argc, char** argv) {
     variants.push_back(make_stream<8>("no wait", 8, 4, 0, host, rows_done, s, sms));
     variants.push_back(make_stream<8>("even no wait", 8, 4, 128, host, rows_done, s, sms));
   }
-  variants.push_back(make_tma<7>("tma 7", 0, host, rows_done, s, sms));
-  variants.push_back(make_tma<4>("tma 4", 0, host, rows_done, s, sms));
-  variants.push_back(make_tma<7>("tma no wait", 4, host, rows_done, s, sms));
+  if (!graphs_only) {
+    variants.push_back(make_tma<7>("tma 7", 0, host, rows_done, s, sms));
+    variants.push_back(make_tma<4>("tma 4", 0, host, rows_done, s, sms));
+    variants.push_back(make_tma<7>("tma no wait", 4, host, rows_done, s, sms));
+  }
 
   // Reference outputs from the graph, then every variant must reproduce them bit for bit.
   std::vector<std::vector<float>> want(count);

@@ -204,12 +204,13 @@ struct MatmulShape {
 };
 
 std::vector<MatmulShape> matmul_shapes() {
-  std::vector<MatmulShape> shapes = {{1, 1, 1},     {1, 3, 5},     {3, 7, 4},     {2, 16, 8},   {5, 17, 9},
-                                     {1, 33, 63},   {7, 65, 17},   {4, 100, 31},  {1, 257, 65}, {3, 1000, 7},
-                                     {17, 257, 65}, {33, 64, 100}, {9, 128, 257},  // these three split over threads
-                                     {1, 1024, 37}, {2, 96, 8},    {4, 67, 9},     // T <= 4: weight rows one at a time
-                                     {5, 96, 8},    {6, 1024, 13},                 // T > 4: register tiles
-                                     {37, 300, 70}, {8, 2048, 33}};                // tiles, panels and K tails
+  std::vector<MatmulShape> shapes = {{1, 1, 1},     {1, 3, 5},      {3, 7, 4},     {2, 16, 8},   {5, 17, 9},
+                                     {1, 33, 63},   {7, 65, 17},    {4, 100, 31},  {1, 257, 65}, {3, 1000, 7},
+                                     {17, 257, 65}, {33, 64, 100},  {9, 128, 257},  // these three split over threads
+                                     {1, 1024, 37}, {2, 96, 8},     {4, 67, 9},     // T <= 4: weight rows one at a time
+                                     {5, 96, 8},    {6, 1024, 13},                  // T > 4: register tiles
+                                     {37, 300, 70}, {8, 2048, 33},                  // tiles, panels and K tails
+                                     {40, 64, 300}, {70, 128, 1000}};  // AMX: groups of panels, the last cut short
   std::mt19937 rng(3);
   std::uniform_int_distribution<size_t> pick(0, std::size(kSizes) - 1);
   for (int i = 0; i < 8; ++i) {

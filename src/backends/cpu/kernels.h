@@ -47,11 +47,16 @@ struct AmxX {
   int64_t T = 0, chunks = 0, tiles = 0;
 };
 AmxX amx_pack_x(const uint16_t* xb, int64_t T, int64_t Kp);
-// y[t, n] (row stride ldy; n < rows <= kAmxPanelRows) = dot(x row t, weight row n) + bias[n] for a
-// panel w of kAmxPanelRows bf16 rows (rows past `rows` finite: their sums are dropped), row n's
-// chunk k (32 values) at w + (k * kAmxPanelRows + n) * 32. Needs this thread's tiles configured
-// by amx_configure_bf16_tiles (amx_release_tiles after the last panel).
+// y[t, n] (row stride ldy; n < rows) = dot(x row t, weight row n) + bias[n] for panels of
+// kAmxPanelRows bf16 rows back to back in w (rows past `rows` in the last one finite: their sums
+// are dropped), row n's chunk k (32 values) at w + (n / kAmxPanelRows * K / 32 + k) *
+// kAmxPanelRows * 32 + n % kAmxPanelRows * 32. Needs this thread's tiles configured by
+// amx_configure_bf16_tiles (amx_release_tiles after the last panel).
 void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int64_t ldy, const float* bias);
+// Rows of weights that amx_bf16_rows best takes at once for K and `threads` sharing N rows: as
+// many panels as fit ~1 MiB (they stay in L2 with an x tile pair), at most 8, and few enough that
+// each thread gets two groups.
+int64_t amx_group_rows(int64_t K, int64_t N, int64_t threads);
 void amx_configure_bf16_tiles();
 void amx_release_tiles();
 // y = x w^T + bias over all of w [N, K] (the HF layout), split across the pool by panels.

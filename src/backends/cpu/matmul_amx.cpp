@@ -7,8 +7,10 @@
 // (tmm4-5) 16 weight rows x 32 k each, from a panel of 32 rows copied chunk by chunk (or
 // dequantized straight into that layout) so that each tile is 1 KiB in one run; B0, B1 (tmm6-7)
 // x, packed once per call so that B row i holds the 16 x rows' bf16 pairs (k = 2i, 2i + 1) of a
-// 32-k chunk. A panel meets every pair of x tiles while it sits in L2; each C block is
-// transposed on its way out into y's rows.
+// 32-k chunk. Panels go in groups that fit ~1 MiB, and each pair of x tiles meets the group's
+// panels in turn, so both stay in L2 (one panel at a time, all of x came from L3 for each: 1.7x
+// slower on one core of the device's Xeon, bench/RESULTS.md, stop 53); each C block is transposed
+// on its way out into y's rows.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -111,39 +113,50 @@ HEARTH_AVX512 AmxX pack_x(const uint16_t* xb, int64_t T, int64_t Kp) {
   return out;
 }
 
+// y for rows [0, rows) of panels laid back to back in w, each kAmxPanelRows rows in the layout
+// [K / 32][kAmxPanelRows][32]: every x tile pair meets each panel in turn, so that the pair (32 x
+// rows) and the panels stay in L2 between their uses. (One panel at a time, all of x went by
+// between a pair's uses, 2 MiB for 512 rows at K = 2048.)
 HEARTH_AMX_BF16 void bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                                const float* bias) {
   alignas(64) float c[4][256];
   constexpr int64_t kRunBytes = kChunk * 2;                // a weight row's chunk: a tile row
   constexpr int64_t kChunkElems = kAmxPanelRows * kChunk;  // a chunk of the panel's rows
-  const uint16_t* w1 = w + kTileRows * kChunk;
+  const int64_t panel_elems = x.chunks * kChunkElems;
   for (int64_t j = 0; j < x.tiles; j += 2) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
     const uint32_t* b0 = x.pack.data() + j * x.chunks * 256;
     const uint32_t* b1 = b0 + x.chunks * 256;
-    for (int64_t k = 0; k < x.chunks; ++k) {
-      _tile_loadd(4, w + k * kChunkElems, kRunBytes);
-      _tile_loadd(5, w1 + k * kChunkElems, kRunBytes);
-      _tile_loadd(6, b0 + k * 256, 64);
-      _tile_loadd(7, b1 + k * 256, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c[0], 64);
-    _tile_stored(1, c[1], 64);
-    _tile_stored(2, c[2], 64);
-    _tile_stored(3, c[3], 64);
     const int64_t t0 = j * kTileRows, t1 = t0 + kTileRows;
-    const float* b_hi = bias != nullptr ? bias + kTileRows : nullptr;
-    store_block(c[0], y, ldy, t0, x.T, std::min(rows, kTileRows), bias);
-    store_block(c[1], y, ldy, t1, x.T, std::min(rows, kTileRows), bias);
-    store_block(c[2], y + kTileRows, ldy, t0, x.T, rows - kTileRows, b_hi);
-    store_block(c[3], y + kTileRows, ldy, t1, x.T, rows - kTileRows, b_hi);
+    for (int64_t p0 = 0; p0 < rows; p0 += kAmxPanelRows) {
+      const uint16_t* w0 = w + p0 / kAmxPanelRows * panel_elems;
+      const uint16_t* w1 = w0 + kTileRows * kChunk;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t k = 0; k < x.chunks; ++k) {
+        _tile_loadd(4, w0 + k * kChunkElems, kRunBytes);
+        _tile_loadd(5, w1 + k * kChunkElems, kRunBytes);
+        _tile_loadd(6, b0 + k * 256, 64);
+        _tile_loadd(7, b1 + k * 256, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c[0], 64);
+      _tile_stored(1, c[1], 64);
+      _tile_stored(2, c[2], 64);
+      _tile_stored(3, c[3], 64);
+      const int64_t left = rows - p0;
+      float* yp = y + p0;
+      const float* b_lo = bias != nullptr ? bias + p0 : nullptr;
+      const float* b_hi = bias != nullptr ? b_lo + kTileRows : nullptr;
+      store_block(c[0], yp, ldy, t0, x.T, std::min(left, kTileRows), b_lo);
+      store_block(c[1], yp, ldy, t1, x.T, std::min(left, kTileRows), b_lo);
+      store_block(c[2], yp + kTileRows, ldy, t0, x.T, std::min(left, kAmxPanelRows) - kTileRows, b_hi);
+      store_block(c[3], yp + kTileRows, ldy, t1, x.T, std::min(left, kAmxPanelRows) - kTileRows, b_hi);
+    }
   }
 }
 
@@ -158,24 +171,33 @@ void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int
 void amx_configure_bf16_tiles() { configure_tiles(); }
 void amx_release_tiles() { release_tiles(); }
 
+int64_t amx_group_rows(int64_t K, int64_t N, int64_t threads) {
+  constexpr int64_t kGroupBytes = int64_t{1} << 20;
+  const int64_t by_bytes = kGroupBytes / (kAmxPanelRows * K * 2);
+  const int64_t panels = (N + kAmxPanelRows - 1) / kAmxPanelRows;
+  const int64_t by_threads = (panels + 2 * threads - 1) / (2 * std::max<int64_t>(threads, 1));
+  return std::clamp<int64_t>(std::min(by_bytes, by_threads), 1, 8) * kAmxPanelRows;
+}
+
 void amx_bf16_matmul(ThreadPool* pool, const AmxX& x, int64_t K, const uint16_t* w, int64_t N, const float* bias,
                      float* y) {
   HEARTH_CHECK(K == x.chunks * kChunk);
-  const int64_t panels = (N + kAmxPanelRows - 1) / kAmxPanelRows;
+  const int64_t group = amx_group_rows(K, N, pool != nullptr ? pool->size() : 1), groups = (N + group - 1) / group;
   auto run = [&](int64_t begin, int64_t end) {
     configure_tiles();
-    std::vector<uint16_t> panel(static_cast<size_t>(kAmxPanelRows * K));  // [K / 32][32 rows][32]
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t n0 = p * kAmxPanelRows, rows = std::min(kAmxPanelRows, N - n0);
-      copy_panel(w + n0 * K, K, rows, panel.data());
-      bf16_rows(x, panel.data(), rows, y + n0, N, bias != nullptr ? bias + n0 : nullptr);
+    std::vector<uint16_t> panels(static_cast<size_t>(group * K));  // panels of [K / 32][32 rows][32]
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t n0 = g * group, rows = std::min(group, N - n0);
+      for (int64_t p = 0; p < rows; p += kAmxPanelRows)
+        copy_panel(w + (n0 + p) * K, K, std::min(kAmxPanelRows, rows - p), panels.data() + p * K);
+      bf16_rows(x, panels.data(), rows, y + n0, N, bias != nullptr ? bias + n0 : nullptr);
     }
     release_tiles();
   };
   if (pool != nullptr) {
-    pool->parallel_for(panels, 1, run);
+    pool->parallel_for(groups, 1, run);
   } else {
-    run(0, panels);
+    run(0, groups);
   }
 }
 

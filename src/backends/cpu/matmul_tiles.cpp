@@ -241,23 +241,28 @@ void run_panels(ThreadPool* pool, const Tiles& tiles, int64_t T, const Output& o
 }
 
 // dequantized_tiles_matmul on AMX: each tile's rows go to bf16 chunk by chunk, a chunk's 32 rows
-// side by side (64 bytes apart), so a tile load reads 1 KiB in one run.
+// side by side (64 bytes apart), so a tile load reads 1 KiB in one run; a few tiles at a time
+// (amx_group_rows), so that each x tile pair meets them in turn while they sit in L2.
 void dequantized_amx_tiles(Isa isa, const TileX& x, int64_t K, int64_t N,
                            const std::function<void(int64_t, float*)>& dequantize_row, const float* bias, float* y,
                            int64_t n0, int64_t n1) {
   static_assert(kDequantTileRows == kAmxPanelRows);
   constexpr int64_t kRows = kAmxPanelRows;
+  // The caller splits the rows between threads: one thread's share here.
+  const int64_t group = amx_group_rows(K, n1 - n0, 1);
   std::vector<float> row(static_cast<size_t>(K));
-  std::vector<uint16_t> tile(static_cast<size_t>(kRows * K), 0);  // [K / 32][kRows][32]
+  std::vector<uint16_t> tiles(static_cast<size_t>(group * K), 0);  // tiles of [K / 32][kRows][32]
   amx_configure_bf16_tiles();
-  for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
-    const int64_t rows = std::min(kRows, n1 - r0);
+  for (int64_t g0 = n0; g0 < n1; g0 += group) {
+    const int64_t rows = std::min(group, n1 - g0);
     for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(r0 + r, row.data());
+      dequantize_row(g0 + r, row.data());
+      uint16_t* tile = tiles.data() + r / kRows * kRows * K;
       for (int64_t k = 0; k < K; k += 32)
-        store_f32_as(isa, row.data() + k, DType::kBF16, tile.data() + (k * kRows + r * 32), 32);
+        store_f32_as(isa, row.data() + k, DType::kBF16, tile + (k * kRows + r % kRows * 32), 32);
     }
-    amx_bf16_rows(x.amx, tile.data(), rows, y + r0, N, bias != nullptr ? bias + r0 : nullptr);
+    // The last tile's rows past `rows` keep an earlier tile's values: finite, and dropped.
+    amx_bf16_rows(x.amx, tiles.data(), rows, y + g0, N, bias != nullptr ? bias + g0 : nullptr);
   }
   amx_release_tiles();
 }

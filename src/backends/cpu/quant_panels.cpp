@@ -452,14 +452,17 @@ HEARTH_AMX void unpack_panel4(const uint8_t* panel, const PanelLayout& l, int64_
       _tile_dpbsud(C, A, B);                                                                                 \
     }                                                                                                        \
   }
-HEARTH_GROUP_DOTS(group_dots_in_0, 0, 1, 2)
-HEARTH_GROUP_DOTS(group_dots_in_3, 3, 4, 5)
+HEARTH_GROUP_DOTS(group_dots_in_0, 0, 4, 5)
+HEARTH_GROUP_DOTS(group_dots_in_1, 1, 6, 7)
+HEARTH_GROUP_DOTS(group_dots_in_2, 2, 4, 5)
+HEARTH_GROUP_DOTS(group_dots_in_3, 3, 6, 7)
 #undef HEARTH_GROUP_DOTS
 
 // Panel p against x rows t0 .. t0 + 16 (rows past x.T are zero padding, not stored). codes: the
-// panel's unpacked codes (4 bits) or null (8 bits: the tiles load the panel itself). Groups go
-// in pairs through tiles 0 and 3, so that one group's dots are on the tile unit while the vector
-// units scale the other's.
+// panel's unpacked codes (4 bits) or null (8 bits: the tiles load the panel itself). Group g's
+// dots go to tile g % 4, three groups ahead of the one the vector units scale, so that the tile
+// unit is never waited for (two in flight, tiles 0 and 3: 4-bit 1.2x and 8-bit 1.4x slower on
+// one core of the device's Xeon; bench/RESULTS.md, stop 53).
 template <int kBits>
 HEARTH_AMX void amx_tile(const PreparedX& x, const PanelPart& part, int64_t p, int64_t t0, const uint8_t* codes,
                          int64_t piece) {
@@ -468,13 +471,33 @@ HEARTH_AMX void amx_tile(const PreparedX& x, const PanelPart& part, int64_t p, i
   const int64_t K = x.K, groups = x.groups, gs = x.group_size;
   const uint8_t* panel = reinterpret_cast<const uint8_t*>(w.packed) + p * l.panel_bytes;
   const int8_t* xrow = x.q.data() + t0 * K;
-  auto codes_of = [&](int64_t g) { return kBits == 8 ? panel + l.codes_at(g) : codes + g * gs / 4 * 64; };
+  auto start_group = [&](int64_t g) HEARTH_AMX {
+    const int8_t* xg = xrow + g * gs;
+    const uint8_t* cg = kBits == 8 ? panel + l.codes_at(g) : codes + g * gs / 4 * 64;
+    switch (g % 4) {
+      case 0: group_dots_in_0(xg, K, cg, gs, piece); break;
+      case 1: group_dots_in_1(xg, K, cg, gs, piece); break;
+      case 2: group_dots_in_2(xg, K, cg, gs, piece); break;
+      default: group_dots_in_3(xg, K, cg, gs, piece); break;
+    }
+  };
   alignas(64) int32_t dots[kAmxRows][16];
+  auto store_group = [&](int64_t g) HEARTH_AMX {
+    switch (g % 4) {
+      case 0: _tile_stored(0, dots, 64); break;
+      case 1: _tile_stored(1, dots, 64); break;
+      case 2: _tile_stored(2, dots, 64); break;
+      default: _tile_stored(3, dots, 64); break;
+    }
+  };
   __m512 acc[kAmxRows];
 #pragma GCC unroll 16
   for (int t = 0; t < kAmxRows; ++t) acc[t] = _mm512_setzero_ps();
-  // dots (group g's, stored) into acc, as gemm_tile does step for step.
-  auto scale_group = [&](int64_t g) HEARTH_AMX {
+  constexpr int64_t kAhead = 3;
+  for (int64_t g = 0; g < std::min(kAhead, groups); ++g) start_group(g);
+  for (int64_t g = 0; g < groups; ++g) {
+    if (g + kAhead < groups) start_group(g + kAhead);
+    store_group(g);
     __m512 scale, b;
     load_any_params(w, panel + l.params_at(g), scale, b);
     const float* dx = x.dx.data() + t0 * groups + g;
@@ -485,17 +508,6 @@ HEARTH_AMX void amx_tile(const PreparedX& x, const PanelPart& part, int64_t p, i
       acc[t] = _mm512_fmadd_ps(d, _mm512_mul_ps(scale, _mm512_set1_ps(dx[t * groups])), acc[t]);
       acc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(xsum[t * groups]), acc[t]);
     }
-  };
-  group_dots_in_0(xrow, K, codes_of(0), gs, piece);
-  for (int64_t g = 0; g < groups; g += 2) {
-    const bool odd = g + 1 < groups;
-    if (odd) group_dots_in_3(xrow + (g + 1) * gs, K, codes_of(g + 1), gs, piece);
-    _tile_stored(0, dots, 64);
-    scale_group(g);
-    if (!odd) break;
-    if (g + 2 < groups) group_dots_in_0(xrow + (g + 2) * gs, K, codes_of(g + 2), gs, piece);
-    _tile_stored(3, dots, 64);
-    scale_group(g + 1);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < kAmxRows; ++t) {
@@ -509,10 +521,10 @@ template <int kBits>
 HEARTH_AMX void amx_gemm_range(const PreparedX& x, const PanelPart& part, int64_t p0, int64_t p1) {
   const int64_t piece = std::min<int64_t>(x.group_size, 64);  // k per tdpbsud: a group or a 64-element part of one
   TileConfig cfg;
-  for (int c : {0, 3}) {  // C, A, B twice (amx_tile)
-    cfg.shape(c, kAmxRows, 64);
-    cfg.shape(c + 1, kAmxRows, static_cast<int>(piece));
-    cfg.shape(c + 2, static_cast<int>(piece / 4), 64);
+  for (int c = 0; c < 4; ++c) cfg.shape(c, kAmxRows, 64);  // C (amx_tile)
+  for (int a : {4, 6}) {                                   // A and B, twice
+    cfg.shape(a, kAmxRows, static_cast<int>(piece));
+    cfg.shape(a + 1, static_cast<int>(piece / 4), 64);
   }
   cfg.load();
   thread_local std::vector<uint8_t> unpacked;
