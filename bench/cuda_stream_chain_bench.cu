@@ -68,22 +68,25 @@ struct Chain {
 __device__ inline float lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ inline float hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 
-// acc += the lane's 4 x 8 weights of chunk c times x, in a fixed order (both variants use it).
+// acc += the 8 weights of one 16-byte vector v times x's values there, in a fixed order.
+__device__ inline float dot_vec(const uint4& w, const float* x, int v, float acc) {
+  const float4 a = reinterpret_cast<const float4*>(x)[2 * v];
+  const float4 b = reinterpret_cast<const float4*>(x)[2 * v + 1];
+  acc = fmaf(lo(w.x), a.x, acc);
+  acc = fmaf(hi(w.x), a.y, acc);
+  acc = fmaf(lo(w.y), a.z, acc);
+  acc = fmaf(hi(w.y), a.w, acc);
+  acc = fmaf(lo(w.z), b.x, acc);
+  acc = fmaf(hi(w.z), b.y, acc);
+  acc = fmaf(lo(w.w), b.z, acc);
+  acc = fmaf(hi(w.w), b.w, acc);
+  return acc;
+}
+
+// acc += the lane's 4 x 8 weights of chunk c times x, in a fixed order (every variant's order).
 __device__ inline float dot_chunk(const uint4 (&w)[4], const float* x, int c, int lane, float acc) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int v = c * kChunkVecs + i * 32 + lane;
-    const float4 a = reinterpret_cast<const float4*>(x)[2 * v];
-    const float4 b = reinterpret_cast<const float4*>(x)[2 * v + 1];
-    acc = fmaf(lo(w[i].x), a.x, acc);
-    acc = fmaf(hi(w[i].x), a.y, acc);
-    acc = fmaf(lo(w[i].y), a.z, acc);
-    acc = fmaf(hi(w[i].y), a.w, acc);
-    acc = fmaf(lo(w[i].z), b.x, acc);
-    acc = fmaf(hi(w[i].z), b.y, acc);
-    acc = fmaf(lo(w[i].w), b.z, acc);
-    acc = fmaf(hi(w[i].w), b.w, acc);
-  }
+  for (int i = 0; i < 4; ++i) acc = dot_vec(w[i], x, c * kChunkVecs + i * 32 + lane, acc);
   return acc;
 }
 
@@ -140,7 +143,7 @@ __global__ void matvec_early_kernel(Mat m) {
   asm volatile("griddepcontrol.launch_dependents;");
   float acc = 0;
   if (valid) {
-    const float4* x4 = reinterpret_cast<const float4*>(m.x) + 2 * part * vecs;
+    const float* xp = m.x + 8 * part * vecs;  // x's values for this warp's part
     for (int v0 = lane; v0 < vecs; v0 += 32 * kLoads) {
       uint4 w[kLoads];
 #pragma unroll
@@ -149,15 +152,7 @@ __global__ void matvec_early_kernel(Mat m) {
       for (int i = 0; i < kLoads; ++i) {
         const int v = v0 + 32 * i;
         if (v >= vecs) break;
-        const float4 a = x4[2 * v], b = x4[2 * v + 1];
-        acc = fmaf(lo(w[i].x), a.x, acc);
-        acc = fmaf(hi(w[i].x), a.y, acc);
-        acc = fmaf(lo(w[i].y), a.z, acc);
-        acc = fmaf(hi(w[i].y), a.w, acc);
-        acc = fmaf(lo(w[i].z), b.x, acc);
-        acc = fmaf(hi(w[i].z), b.y, acc);
-        acc = fmaf(lo(w[i].w), b.z, acc);
-        acc = fmaf(hi(w[i].w), b.w, acc);
+        acc = dot_vec(w[i], xp, v, acc);
       }
     }
     acc = warp_sum(acc);
