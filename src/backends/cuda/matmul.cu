@@ -137,7 +137,13 @@ __device__ __forceinline__ void matvec16(const float* x, const Parts<W>& p, int6
   const bool valid = r < p.first[p.n];
   const Row<W> m = row_of(p, valid ? r : 0);
   const uint4* row = reinterpret_cast<const uint4*>(m.w + m.n * K);
-  if (valid) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
+  // The row's head asked of L2 while the previous kernel finishes, unless this launch takes the
+  // norm: a decode step fuses the norm into the matvec right after a matvec that adds to the
+  // residual (down or o), which is still streaming its own weights when this kernel's blocks
+  // start, and the early heads take its bandwidth. After the small kernels (the attention's
+  // merge, SiLU, a separate norm) memory is idle and the heads pay. H100, Llama-3-8B bf16: tg128
+  // +1.0% against every launch prefetching, +0.2% against none (bench/RESULTS.md, stop 53).
+  if (valid && !kNorm) prefetch_row_head(row, K * static_cast<int64_t>(sizeof(W)), lane);
   wait_for_previous(__func__);
   x = row_source<kNorm>(x, norm, K);
   if (!valid) return;
