@@ -2,7 +2,8 @@
 // (programmatic dependent launch, sm_90 and later). A decode step is hundreds of short kernels;
 // serialized, each pays a launch and a ramp-up after its predecessor's last block, and for the
 // small matrices of a 4-bit model that gap is as long as the work. Launched early, a kernel's
-// blocks are resident when its predecessor ends, the heads of their weight rows already in L2.
+// blocks are resident when its predecessor ends, the heads of their weight rows already in L2
+// where the predecessor left memory idle (matmul.cu says where it did not).
 //
 // The contract, for every kernel started by launch_kernel: each thread calls
 // wait_for_previous() before it reads anything an earlier kernel wrote and before it writes
