@@ -54,8 +54,8 @@ AmxX amx_pack_x(const uint16_t* xb, int64_t T, int64_t Kp);
 // amx_configure_bf16_tiles (amx_release_tiles after the last panel).
 void amx_bf16_rows(const AmxX& x, const uint16_t* w, int64_t rows, float* y, int64_t ldy, const float* bias);
 // Rows of weights that amx_bf16_rows best takes at once for K and `threads` sharing N rows: as
-// many panels as fit ~1 MiB (they stay in L2 with an x tile pair), at most 8, and few enough that
-// each thread gets two groups.
+// many panels as fit ~1 MiB (they stay in L2 with an x tile pair), at most 8, and (threads > 1)
+// few enough that each thread gets two groups.
 int64_t amx_group_rows(int64_t K, int64_t N, int64_t threads);
 void amx_configure_bf16_tiles();
 void amx_release_tiles();

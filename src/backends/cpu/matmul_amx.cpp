@@ -175,7 +175,7 @@ int64_t amx_group_rows(int64_t K, int64_t N, int64_t threads) {
   constexpr int64_t kGroupBytes = int64_t{1} << 20;
   const int64_t by_bytes = kGroupBytes / (kAmxPanelRows * K * 2);
   const int64_t panels = (N + kAmxPanelRows - 1) / kAmxPanelRows;
-  const int64_t by_threads = (panels + 2 * threads - 1) / (2 * std::max<int64_t>(threads, 1));
+  const int64_t by_threads = threads > 1 ? (panels + 2 * threads - 1) / (2 * threads) : panels;
   return std::clamp<int64_t>(std::min(by_bytes, by_threads), 1, 8) * kAmxPanelRows;
 }
 
