@@ -17,9 +17,10 @@ const std::vector<KnobInfo>& all_knobs() {
        "CPU kernel instruction set: auto (best the CPU has), scalar (reference kernels), avx2, "
        "avx512. Asking for one the CPU lacks is an error."},
       {"HEARTH_CPU_AMX", "1",
-       "CPU prefill matmuls over 4- and 8-bit panel matrices run on AMX tiles where the CPU and "
-       "the kernel have them (Intel Sapphire Rapids and later): 1, or 0 for the AVX-512 VNNI "
-       "kernels (for comparison; the results are the same to the bit)."},
+       "CPU prefill matmuls run on AMX tiles where the CPU has them (Intel Sapphire Rapids and "
+       "later): 4- and 8-bit panel matrices (the same results to the bit as the AVX-512 VNNI "
+       "kernels), bf16 weights and dequantized tiles where K is a multiple of 32 (the AVX512-BF16 "
+       "products, summed in the tile unit's order): 1, or 0 for the AVX-512 kernels (for comparison)."},
       {"HEARTH_THREADS", "0", "CPU worker threads; 0 means one per online core."},
       {"HEARTH_DEVICE_GRAPHS", "1",
        "GPU decode steps (up to 8 sequences) replay a recorded CUDA graph: 1, or 0 to launch "

@@ -248,8 +248,8 @@ void dequantized_amx_tiles(Isa isa, const TileX& x, int64_t K, int64_t N,
                            int64_t n0, int64_t n1) {
   static_assert(kDequantTileRows == kAmxPanelRows);
   constexpr int64_t kRows = kAmxPanelRows;
-  // The caller splits the rows between threads: [n0, n1) is one thread's.
-  const int64_t group = std::min(amx_group_rows(K, n1 - n0, 1), (n1 - n0 + kRows - 1) / kRows * kRows);
+  // The caller splits the rows between threads: [n0, n1) is one thread's (so at most its rows).
+  const int64_t group = amx_group_rows(K, n1 - n0, 1);
   std::vector<float> row(static_cast<size_t>(K));
   std::vector<uint16_t> tiles(static_cast<size_t>(group * K), 0);  // tiles of [K / 32][kRows][32]
   amx_configure_bf16_tiles();
