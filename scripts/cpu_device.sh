@@ -18,6 +18,7 @@
 # Extra `hearth bench` flags come from BENCH_FLAGS (default "--reps 2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/pack.sh
 pack=.cpu-pack
 tests=(build/tests/ops/ops_kernel_test build/tests/ops/ops_quant_test build/tests/ops/ops_ggml_matmul_test
   build/tests/models/models_quantized_test build/tests/models/models_gguf_test
@@ -37,16 +38,10 @@ case "${1:-}" in
     rm -rf $pack && mkdir -p $pack/bin $pack/lib
     cp "${tests[@]}" $pack/bin/
     cp "${tools[@]}" $pack/
-    for b in "${tests[@]}" "${tools[@]}"; do
-      ldd "$b" | awk '$3 ~ /^\// {print $3}' |
-        { grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt|libz)\.so' || true; } |
-        xargs -r cp -L -t $pack/lib/
-    done
+    copy_libs $pack/lib "" "${tests[@]}" "${tools[@]}"
     # The tests find fixtures at the path compiled into them; there, the tree is elsewhere.
     echo "$PWD" >$pack/source_dir
-    strip --strip-unneeded $pack/bin/* $pack/hearth $pack/make_random_model $pack/prefill_bench $pack/lib/*
-    XZ_OPT=-9e tar -cJf $pack.tar.xz $pack
-    du -sh $pack $pack.tar.xz
+    pack_folder $pack
     ;;
   test)
     there

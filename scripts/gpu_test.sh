@@ -2,11 +2,11 @@
 # The GPU tests (ctest label `gpu`) on a machine with an NVIDIA GPU that lacks this project's
 # build dependencies (the `device` machine: CUDA, CMake and ctest, but no apt packages).
 #   scripts/gpu_test.sh pack   here, after the release build: copies build/tests/gpu's test
-#                              binaries, build/hearth and build/bench/make_random_model (for GPU
-#                              benchmarks) and the shared libraries they need beyond glibc,
-#                              libstdc++ and CUDA's into .gpu-pack/, then packs that folder as
-#                              .gpu-pack.tar.xz (the carried tree is capped; the tarball is a
-#                              fifth of the folder)
+#                              binaries, build/hearth and build/bench's make_random_model,
+#                              cuda_ops_bench and cuda_stream_chain_bench (for GPU benchmarks),
+#                              and the shared libraries they need beyond glibc, libstdc++ and
+#                              CUDA's into .gpu-pack/, then packs that folder as .gpu-pack.tar.xz
+#                              (the carried tree is capped; the tarball is a tenth of the folder)
 #   scripts/gpu_test.sh run    there, from the repo root with .gpu-pack.tar.xz (or .gpu-pack/)
 #                              carried: registers the packed binaries as ctest tests labelled gpu
 #                              and runs ctest -L gpu
@@ -14,6 +14,7 @@
 #   cmake --preset release && cmake --build --preset release && ctest --preset release -L gpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/pack.sh
 pack=.gpu-pack
 
 # The pack's libraries, then the CUDA toolkit's (cuBLAS) where the GPU machine keeps them.
@@ -36,19 +37,12 @@ case "${1:-}" in
     [ ${#bins[@]} -gt 0 ] || { echo "no GPU test binaries in build/tests/gpu: build with the CUDA backend" >&2; exit 1; }
     rm -rf "$pack" && mkdir -p "$pack/bin" "$pack/lib"
     cp "${bins[@]}" "$pack/bin/"
-    tools=(build/hearth build/bench/make_random_model build/bench/cuda_ops_bench)
+    tools=(build/hearth build/bench/make_random_model build/bench/cuda_ops_bench build/bench/cuda_stream_chain_bench)
     cp "${tools[@]}" "$pack/"
-    for b in "${bins[@]}" "${tools[@]}"; do
-      # Not glibc's, libstdc++, CUDA's own (the GPU machine has its toolkit), nor the
-      # compression and TLS libraries every distribution carries (the carried tree is capped).
-      ldd "$b" | awk '$3 ~ /^\// {print $3}' |
-        { grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt|libcublas[^/]*|libcudart|libssl|libcrypto|libz|libbrotli[a-z]*)\.so' || true; } |
-        xargs -r cp -L -t "$pack/lib/"
-    done
-    strip --strip-unneeded "$pack"/bin/* "$pack"/hearth "$pack"/make_random_model "$pack"/cuda_ops_bench "$pack"/lib/*
-    # -9e: the binaries share most of their code, which a large window finds (a third of the size).
-    XZ_OPT=-9e tar -cJf "$pack.tar.xz" "$pack"
-    du -sh "$pack" "$pack.tar.xz"
+    # Not CUDA's own (the GPU machine has its toolkit), nor the TLS and compression libraries
+    # every distribution carries.
+    copy_libs "$pack/lib" 'libcublas[^/]*|libcudart|libssl|libcrypto|libbrotli[a-z]*' "${bins[@]}" "${tools[@]}"
+    pack_folder "$pack"
     ;;
   run)
     unpack
