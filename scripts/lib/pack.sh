@@ -7,13 +7,11 @@
 # match the extended regex EXTRA (e.g. 'libcudart' where the other machine has its own), so that
 # the carried tree stays under its cap.
 copy_libs() {
-  local dest=$1 extra=$2 b
+  local dest=$1 names='libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt|libz' b
+  if [ -n "$2" ]; then names="$names|$2"; fi
   shift 2
-  local skip='/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libpthread|libdl|librt|libz)\.so'
   for b in "$@"; do
-    ldd "$b" | awk '$3 ~ /^\// {print $3}' | { grep -Ev "$skip" || true; } |
-      { if [ -n "$extra" ]; then grep -Ev "/($extra)\.so" || true; else cat; fi; } |
-      xargs -r cp -L -t "$dest/"
+    ldd "$b" | awk '$3 ~ /^\// {print $3}' | { grep -Ev "/($names)\.so" || true; } | xargs -r cp -L -t "$dest/"
   done
 }
 
