@@ -6,6 +6,12 @@ namespace hearth::server {
 
 namespace {
 
+const std::string& required_string(const ojson& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) bad_field(where + "." + key, "must be a string");
+  return it->get_ref<const std::string&>();
+}
+
 std::string text_of_blocks(const ojson& blocks, const std::string& where) {
   if (blocks.is_string()) return blocks.get<std::string>();
   if (!blocks.is_array()) bad_field(where, "must be a string or a list of text blocks");
@@ -13,18 +19,12 @@ std::string text_of_blocks(const ojson& blocks, const std::string& where) {
   for (size_t i = 0; i < blocks.size(); ++i) {
     const ojson& b = blocks[i];
     const std::string bw = where + "[" + std::to_string(i) + "]";
-    if (!b.is_object() || b.value("type", "") != "text") bad_field(bw, "must be a text block");
+    if (!b.is_object() || required_string(b, "type", bw) != "text") bad_field(bw, "must be a text block");
     auto t = b.find("text");
     if (t == b.end() || !t->is_string()) bad_field(bw + ".text", "must be a string");
     text += t->get<std::string>();
   }
   return text;
-}
-
-const std::string& required_string(const ojson& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) bad_field(where + "." + key, "must be a string");
-  return it->get_ref<const std::string&>();
 }
 
 // One Anthropic message -> the template's messages: tool results become "tool" messages

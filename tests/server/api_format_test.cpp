@@ -305,6 +305,11 @@ TEST(server_validation, SamplingFieldsAreCheckedAndNamed) {
                "messages[0].role");
   expect_error(c, messages, R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]})", 400,
                "messages[0].content[0].type");
+  // A text block's type that is not a string (found by the request fuzzer: it escaped as a JSON
+  // library exception) and a block with no type.
+  expect_error(c, messages, am + R"("max_tokens": 4, "system": [{"type": ["text"], "text": "x"}]})", 400,
+               "system[0].type");
+  expect_error(c, messages, am + R"("max_tokens": 4, "system": [{"text": "x"}]})", 400, "system[0].type");
   expect_error(c, messages, am + R"("max_tokens": 4, "tools": [{"name": "f"}]})", 400, "tools[0].input_schema");
   expect_error(c, messages, am + R"("max_tokens": 4, "thinking": {"type": "sometimes"}})", 400, "thinking.type");
   expect_error(c, messages, "{oops", 400, "JSON");
