@@ -6,12 +6,6 @@ namespace hearth::server {
 
 namespace {
 
-const std::string& required_string(const ojson& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) bad_field(where + "." + key, "must be a string");
-  return it->get_ref<const std::string&>();
-}
-
 std::string text_of_blocks(const ojson& blocks, const std::string& where) {
   if (blocks.is_string()) return blocks.get<std::string>();
   if (!blocks.is_array()) bad_field(where, "must be a string or a list of text blocks");
@@ -20,9 +14,7 @@ std::string text_of_blocks(const ojson& blocks, const std::string& where) {
     const ojson& b = blocks[i];
     const std::string bw = where + "[" + std::to_string(i) + "]";
     if (!b.is_object() || required_string(b, "type", bw) != "text") bad_field(bw, "must be a text block");
-    auto t = b.find("text");
-    if (t == b.end() || !t->is_string()) bad_field(bw + ".text", "must be a string");
-    text += t->get<std::string>();
+    text += required_string(b, "text", bw);
   }
   return text;
 }
@@ -32,9 +24,7 @@ std::string text_of_blocks(const ojson& blocks, const std::string& where) {
 // tool_calls, thinking blocks reasoning_content.
 void convert_message(const ojson& m, const std::string& where, ojson& out) {
   if (!m.is_object()) bad_field(where, "must be an object");
-  auto role_it = m.find("role");
-  if (role_it == m.end() || !role_it->is_string()) bad_field(where + ".role", "must be a string");
-  const std::string role = role_it->get<std::string>();
+  const std::string& role = required_string(m, "role", where);
   if (role != "user" && role != "assistant")
     bad_field(where + ".role", "must be user or assistant, got '" + role + "'");
   auto content_it = m.find("content");

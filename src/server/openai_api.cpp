@@ -39,12 +39,9 @@ ojson message_content(const ojson& content, const std::string& where, bool may_b
     const ojson& part = content[i];
     const std::string pw = where + "[" + std::to_string(i) + "]";
     if (!part.is_object()) bad_field(pw, "must be an object {\"type\": \"text\", \"text\": ...}");
-    auto type = part.find("type");
-    if (type == part.end() || !type->is_string()) bad_field(pw + ".type", "must be a string");
-    if (*type != "text") bad_field(pw + ".type", "only \"text\" parts are supported, got " + type->dump());
-    auto t = part.find("text");
-    if (t == part.end() || !t->is_string()) bad_field(pw + ".text", "must be a string");
-    text += t->get<std::string>();
+    const std::string& type = required_string(part, "type", pw);
+    if (type != "text") bad_field(pw + ".type", "only \"text\" parts are supported, got " + ojson(type).dump());
+    text += required_string(part, "text", pw);
   }
   return text;
 }
@@ -59,9 +56,7 @@ ojson validated_messages(const ojson& body) {
     const ojson& m = (*msgs)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) bad_field(where, "must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) bad_field(where + ".role", "must be a string");
-    const std::string r = role->get<std::string>();
+    const std::string& r = required_string(m, "role", where);
     if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
       bad_field(where + ".role", "unknown role '" + r + "' (expected system, developer, user, assistant or tool)");
     }
@@ -94,8 +89,7 @@ std::optional<ojson> tools_field(const ojson& body) {
     if (!t.is_object()) bad_field(where, "must be an object {\"type\": \"function\", \"function\": {...}}");
     auto fn = t.find("function");
     if (fn == t.end() || !fn->is_object()) bad_field(where + ".function", "must be an object");
-    auto name = fn->find("name");
-    if (name == fn->end() || !name->is_string()) bad_field(where + ".function.name", "must be a string");
+    required_string(*fn, "name", where + ".function");
   }
   if (const ojson* choice = field(body, "tool_choice")) {
     if (choice->is_string()) {

@@ -56,6 +56,13 @@ inline std::optional<std::string> string_field(const ojson& body, const char* na
   return v->get<std::string>();
 }
 
+// A key of a nested object that must be a string, named `where.key` when it is not.
+inline const std::string& required_string(const ojson& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) bad_field(where + "." + key, "must be a string");
+  return it->get_ref<const std::string&>();
+}
+
 // A string or a list of strings (OpenAI `stop`; Anthropic `stop_sequences` is a list).
 inline std::vector<std::string> string_list_field(const ojson& body, const char* name) {
   const ojson* v = field(body, name);
