@@ -193,8 +193,9 @@ std::string knobs_markdown() {
   std::string out =
       "# Knobs\n\n"
       "Environment variables that tune Hearth at run time. They are declared once in\n"
-      "`src/base/knobs.cpp`; this file is generated from that declaration by `hearth knobs`\n"
-      "and a test keeps it in sync. Command-line flags are listed by `hearth <verb> --help`.\n\n"
+      "`src/base/knobs.cpp`; this file is generated from that declaration by\n"
+      "`hearth knobs --markdown` and a test keeps it in sync. Command-line flags are listed by\n"
+      "`hearth <verb> --help`.\n\n"
       "| variable | default | meaning |\n|---|---|---|\n";
   for (const KnobInfo& k : all_knobs()) {
     out += "| `" + std::string(k.env) + "` | ";

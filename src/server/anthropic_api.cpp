@@ -244,10 +244,11 @@ ParsedRequest parse_messages_request(const ojson& body, const ModelContext& ctx)
   tmpl_req["add_generation_prompt"] = true;
   if (const ojson* thinking = field(body, "thinking")) {
     if (!thinking->is_object() || !thinking->contains("type") || !(*thinking)["type"].is_string()) {
-      bad_field("thinking", "must be an object {\"type\": \"enabled\" | \"disabled\"}");
+      bad_field("thinking", "must be an object {\"type\": \"enabled\" | \"adaptive\" | \"disabled\"}");
     }
     const std::string t = (*thinking)["type"].get<std::string>();
-    if (t != "enabled" && t != "disabled" && t != "adaptive") bad_field("thinking.type", "must be enabled or disabled");
+    if (t != "enabled" && t != "disabled" && t != "adaptive")
+      bad_field("thinking.type", "must be enabled, adaptive or disabled");
     tmpl_req["enable_thinking"] = t != "disabled";
   }
   render_chat_prompt(std::move(tmpl_req), ctx, out);

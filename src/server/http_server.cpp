@@ -94,6 +94,10 @@ struct HttpServer::Impl {
   std::shared_ptr<void> response_ticket();
   void count_tokens(const ojson& body, httplib::Response& res);
   Gauges gauges() const;
+  // Which API's error format a path's errors take: Anthropic's under /v1/messages, else OpenAI's.
+  static Endpoint path_format(const std::string& path) {
+    return path.rfind("/v1/messages", 0) == 0 ? Endpoint::kMessages : Endpoint::kChat;
+  }
   void send_error(httplib::Response& res, const ApiError& e, Endpoint ep) const {
     send_json(res, e.status(), ep == Endpoint::kMessages ? anthropic_error_body(e.status(), e.what()) : error_body(e));
   }
@@ -187,28 +191,30 @@ void HttpServer::Impl::setup() {
     // The UI's static files hold no data; the page sends the key with its API calls.
     const bool ui = find_ui_asset(req.path) != nullptr;
     if (req.path == "/health" || ui || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    const Endpoint ep = req.path.rfind("/v1/messages", 0) == 0 ? Endpoint::kMessages : Endpoint::kChat;
     send_error(res,
                ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)", "",
                         "invalid_api_key", "authentication_error"),
-               ep);
+               path_format(req.path));
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own failures (no route, body over the limit, unparseable request) come here
-  // with an empty body; responses our handlers wrote already have one.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404) {
-      send_json(res, 404, error_body("no route " + req.method + " " + req.path, "invalid_request_error", "not_found"));
-    } else if (res.status == 413) {
-      send_json(res, 413, error_body("the request body is too large", "invalid_request_error", "payload_too_large"));
-    } else {
-      send_json(res, res.status, error_body("bad request", "invalid_request_error", "bad_request"));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_json(res, 500, error_body("internal error", "server_error", "internal_error"));
+  // with an empty body; responses our handlers wrote already have one. Each is answered in
+  // the format of the API its path belongs to, so an Anthropic client gets a not_found_error.
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        const Endpoint ep = path_format(req.path);
+        if (res.status == 404) {
+          send_error(res, ApiError(404, "no route " + req.method + " " + req.path, "", "not_found"), ep);
+        } else if (res.status == 413) {
+          send_error(res, ApiError(413, "the request body is too large", "", "payload_too_large"), ep);
+        } else {
+          send_error(res, ApiError(res.status, "bad request", "", "bad_request"), ep);
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+    send_error(res, ApiError(500, "internal error", "", "internal_error", "server_error"), path_format(req.path));
   });
 
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });

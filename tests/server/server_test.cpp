@@ -84,6 +84,22 @@ TEST(server_http, HealthModelsAnd404) {
   ASSERT_TRUE(nf);
   EXPECT_EQ(nf->status, 404);
   EXPECT_EQ(json::parse(nf->body)["error"]["code"], "not_found");
+  EXPECT_TRUE(json::parse(nf->body)["error"]["param"].is_null());
+}
+
+// Under /v1/messages even httplib's own failures (no such route or method) take Anthropic's error
+// shape, which the Anthropic SDK parses into its NotFoundError.
+TEST(server_http, AnthropicPathsAnswer404InAnthropicShape) {
+  InProcessServer s;
+  auto c = s.client();
+  for (const auto& r : {c.Get("/v1/messages"), c.Post("/v1/messages/nope", "{}", "application/json")}) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404);
+    const json body = json::parse(r->body);
+    EXPECT_EQ(body["type"], "error") << r->body;
+    EXPECT_EQ(body["error"]["type"], "not_found_error") << r->body;
+    EXPECT_NE(body["error"]["message"].get<std::string>().find("/v1/messages"), std::string::npos) << r->body;
+  }
 }
 
 TEST(server_http, ChatGreedyMatchesGenerateCli) {
