@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/strings.h"
+#include "base/thread_pool.h"
 
 namespace hearth {
 
@@ -157,7 +158,9 @@ bool cuda_quant_gemm() {
 int threads() {
   const std::string text = knob_text("HEARTH_THREADS");
   const auto v = parse_int(text);
-  if (!v || *v < 0 || *v > 4096) throw InputError("HEARTH_THREADS: expected a count 0..4096, got '" + text + "'");
+  if (!v || *v < 0 || *v > kMaxThreads) {
+    throw InputError("HEARTH_THREADS: expected a count 0.." + std::to_string(kMaxThreads) + ", got '" + text + "'");
+  }
   return static_cast<int>(*v);
 }
 

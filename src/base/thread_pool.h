@@ -16,6 +16,10 @@
 
 namespace hearth {
 
+// The most threads a pool may be asked for (--threads, HEARTH_THREADS): far past any machine's
+// cores, well short of what would exhaust the process creating them.
+inline constexpr int kMaxThreads = 4096;
+
 class ThreadPool {
  public:
   // n_threads <= 0: one per online core (or the HEARTH_THREADS knob when set).

@@ -88,7 +88,10 @@ struct ModelFlags {
     return o;
   }
   std::unique_ptr<ThreadPool> make_pool() const {
-    if (threads < 0) throw InputError("--threads must be >= 0");
+    if (threads < 0 || threads > kMaxThreads) {
+      throw InputError("--threads: expected a count 0.." + std::to_string(kMaxThreads) + ", got " +
+                       std::to_string(threads));
+    }
     return std::make_unique<ThreadPool>(static_cast<int>(threads));
   }
 };

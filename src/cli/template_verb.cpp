@@ -23,12 +23,7 @@ int run_template(const std::vector<std::string>& args) {
               &model);
   if (!f.parse(args)) return 0;
   const std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  nlohmann::ordered_json request;
-  try {
-    request = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    throw InputError("stdin: not valid JSON");
-  }
+  const nlohmann::ordered_json request = parse_request_json(text, "stdin");
   const Tokenizer tok = load_tokenizer(model);
   const PromptRenderer renderer(tok);
   const std::string prompt = renderer.render(request);

@@ -9,17 +9,21 @@
 #include "cli/flags.h"
 #include "cli/verbs.h"
 #include "runtime/model_tokenizer.h"
+#include "runtime/prompt.h"
 
 namespace hearth::cli {
 namespace {
 
-nlohmann::json handle_line(const Tokenizer& tok, const std::string& line, bool decode) {
-  nlohmann::json in;
-  try {
-    in = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception&) {
-    throw InputError("not a JSON object");
-  }
+// The boolean `key` of `in`, `fallback` when absent.
+bool flag_field(const nlohmann::ordered_json& in, const char* key, bool fallback) {
+  const auto at = in.find(key);
+  if (at == in.end()) return fallback;
+  if (!at->is_boolean()) throw InputError(std::string("\"") + key + "\" must be true or false");
+  return at->get<bool>();
+}
+
+nlohmann::ordered_json handle_line(const Tokenizer& tok, const std::string& line, bool decode) {
+  const nlohmann::ordered_json in = parse_request_json(line, "the line");
   if (!in.is_object()) throw InputError("not a JSON object");
   if (decode) {
     if (!in.contains("ids") || !in["ids"].is_array()) throw InputError("expected \"ids\": [...]");
@@ -30,13 +34,10 @@ nlohmann::json handle_line(const Tokenizer& tok, const std::string& line, bool d
       }
       ids.push_back(v.get<int32_t>());
     }
-    const bool skip = in.value("skip_special_tokens", false);
-    return {{"text", tok.decode(ids, skip)}};
+    return {{"text", tok.decode(ids, flag_field(in, "skip_special_tokens", false))}};
   }
   if (!in.contains("text") || !in["text"].is_string()) throw InputError("expected \"text\": \"...\"");
-  const auto& add = in.contains("add_special_tokens") ? in["add_special_tokens"] : nlohmann::json(true);
-  if (!add.is_boolean()) throw InputError("\"add_special_tokens\" must be true or false");
-  return {{"ids", tok.encode(in["text"].get<std::string>(), add.get<bool>())}};
+  return {{"ids", tok.encode(in["text"].get<std::string>(), flag_field(in, "add_special_tokens", true))}};
 }
 
 }  // namespace

@@ -9,6 +9,23 @@ PromptRenderer::PromptRenderer(const Tokenizer& tokenizer) : tokenizer_(tokenize
   if (!source.empty()) tmpl_ = ChatTemplate::parse(source, "chat_template");
 }
 
+nlohmann::ordered_json parse_request_json(std::string_view text, const std::string& what) {
+  struct TooDeep {};
+  const nlohmann::ordered_json::parser_callback_t bounded = [](int depth, nlohmann::ordered_json::parse_event_t,
+                                                               nlohmann::ordered_json&) {
+    if (depth >= kMaxRequestDepth) throw TooDeep{};  // depth counts from 0 at the outermost value
+    return true;
+  };
+  try {
+    return nlohmann::ordered_json::parse(text, bounded);
+  } catch (const TooDeep&) {
+    throw InputError(what + " nests deeper than " + std::to_string(kMaxRequestDepth) + " levels");
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number past a double's range (1e309).
+    throw InputError(what + " is not valid JSON: " + e.what());
+  }
+}
+
 std::string PromptRenderer::render(const nlohmann::ordered_json& request) const {
   if (!tmpl_) throw InputError("this model has no chat template (tokenizer_config.json); use a raw prompt");
   if (!request.is_object()) throw InputError("chat request must be a JSON object");
@@ -18,7 +35,11 @@ std::string PromptRenderer::render(const nlohmann::ordered_json& request) const 
   nlohmann::ordered_json ctx = {{"messages", request["messages"]},
                                 {"tools", request.value("tools", nlohmann::ordered_json())},
                                 {"documents", request.value("documents", nlohmann::ordered_json())},
-                                {"add_generation_prompt", request.value("add_generation_prompt", false)}};
+                                {"add_generation_prompt", false}};
+  if (const auto at = request.find("add_generation_prompt"); at != request.end()) {
+    if (!at->is_boolean()) throw InputError("chat request: 'add_generation_prompt' must be true or false");
+    ctx["add_generation_prompt"] = *at;
+  }
   const TokenizerConfig& cfg = tokenizer_.config();
   const std::pair<const char*, const std::string*> special[] = {{"bos_token", &cfg.bos_token},
                                                                 {"eos_token", &cfg.eos_token},

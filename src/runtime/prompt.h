@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat/template.h"
@@ -31,6 +32,13 @@ class PromptRenderer {
   const Tokenizer& tokenizer_;
   std::optional<ChatTemplate> tmpl_;
 };
+
+// A request's JSON text (an HTTP body, a CLI's stdin) parsed, refusing while it parses a
+// document nested deeper than kMaxRequestDepth: copying one of ~100000 levels recurses past a
+// thread's stack, and no template value may nest deeper anyway (chat/value.h). InputError
+// "WHAT is not valid JSON: ..." or "WHAT nests deeper than N levels" otherwise.
+inline constexpr int kMaxRequestDepth = 512;
+nlohmann::ordered_json parse_request_json(std::string_view text, const std::string& what);
 
 // End-of-generation ids: generation_config.json's, else the tokenizer's eos_token.
 std::vector<int32_t> stop_token_ids(const std::vector<int64_t>& generation_eos, const Tokenizer* tokenizer);

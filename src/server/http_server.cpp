@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/error.h"
 #include "base/timer.h"
 #include "core/device_memory.h"
+#include "runtime/prompt.h"
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
 #include "server/engine_worker.h"
@@ -48,9 +50,9 @@ ojson read_json_body(const httplib::Request&, httplib::Response& res, const http
   if (too_large || res.status == 413) throw ApiError(413, "the request body is too large", "", "payload_too_large");
   if (!ok) throw ApiError(400, "could not read the request body", "", "bad_request");
   try {
-    return ojson::parse(body);
-  } catch (const ojson::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
+    return parse_request_json(body, "the request body");
+  } catch (const InputError& e) {
+    throw ApiError(400, e.what(), "", "invalid_json");
   }
 }
 
@@ -313,7 +315,7 @@ void HttpServer::Impl::generate(const ojson& body, httplib::Response& res, Endpo
   const auto prompt_tokens = static_cast<int64_t>(pr.generation.prompt.size());
   // Refused up front rather than failing mid-generation once the KV cache is full. Requests
   // run one at a time, so the whole cache is this request's.
-  if (prompt_tokens + pr.generation.max_tokens > kv_capacity) {
+  if (pr.generation.max_tokens > kv_capacity - prompt_tokens) {  // not a sum: max_tokens may be near INT64_MAX
     throw ApiError(400,
                    "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
                        std::to_string(pr.generation.max_tokens) + ") exceeds the context of " +

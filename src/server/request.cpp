@@ -84,8 +84,10 @@ void parse_sampling(const ojson& body, const ModelContext& ctx, double max_tempe
   s.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", -2, 2).value_or(0.0));
   s.frequency_penalty = static_cast<float>(number_field(body, "frequency_penalty", -2, 2).value_or(0.0));
   s.logit_bias = logit_bias_field(body, ctx.tokenizer->vocab_size());
-  if (std::optional<int64_t> seed = integer_field(body, "seed")) {
-    s.seed = static_cast<uint64_t>(*seed);
+  if (const ojson* seed = field(body, "seed")) {
+    // Any 64-bit pattern: negative seeds and ones past int64 (unsigned in JSON) alike.
+    if (!seed->is_number_integer()) bad_field("seed", "must be an integer");
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
   } else {
     s.seed = std::random_device{}();  // without a seed, samples differ between requests
   }

@@ -3,6 +3,7 @@
 // is a 400 naming the field.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,6 +40,10 @@ inline std::optional<int64_t> integer_field(const ojson& body, const char* name)
   const ojson* v = field(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number_integer()) bad_field(name, "must be an integer");
+  // A JSON integer past int64's range parses as unsigned; read as int64 it would wrap negative.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
+    bad_field(name, "must be at most " + std::to_string(INT64_MAX) + ", got " + v->dump());
+  }
   return v->get<int64_t>();
 }
 

@@ -216,6 +216,16 @@ std::vector<BadCase> bad_cases(size_t max_body_bytes) {
       // max_tokens far over the KV cache: refused before generation starts.
       over_budget(chat(R"("max_tokens": 1000000)", "messages", "max_tokens")),
       over_budget(cmpl(R"("max_tokens": 1000000000)", "prompt", "max_tokens")),
+      // Near INT64_MAX: the budget check must not overflow (it took such a request once).
+      over_budget(cmpl(R"("max_tokens": 9223372036854775807)", "prompt", "max_tokens")),
+      // Past int64: a JSON unsigned, not wrapped to -1.
+      cmpl(R"("max_tokens": 18446744073709551615)", "max_tokens", "must be at most"),
+      // A number past a double's range (once a 500), and nesting past the parser's bound (100000
+      // levels once killed the server in a recursive copy; runtime_test checks that depth).
+      {"POST", kChat, "{" + msgs + R"(, "temperature": 1e309})", auth(), 400, "invalid_json", "", "not valid JSON",
+       "chat"},
+      {"POST", kChat, "{" + msgs + R"(, "tools": )" + std::string(600, '[') + std::string(600, ']') + "}", auth(), 400,
+       "invalid_json", "", "nests deeper than 512 levels", "chat"},
       chat(R"("max_tokens": 0)", "max_tokens"),
       // Out of range.
       chat(R"("temperature": 2.5)", "temperature"),

@@ -8,6 +8,7 @@
 #include "runtime/block_pool.h"
 #include "runtime/engine.h"
 #include "runtime/generation.h"
+#include "runtime/prompt.h"
 #include "runtime/sampler.h"
 #include "test_util.h"
 
@@ -125,4 +126,30 @@ TEST(Generation, RejectsBadPromptsAndFullCache) {
 }
 
 }  // namespace
+// Request JSON: nesting refused while parsing (a deep document must not reach a recursive copy),
+// numbers past a double's range refused as invalid JSON, both as InputError naming the source.
+TEST(RequestJson, BoundsNestingAndNumbers) {
+  const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_EQ(parse_request_json(nested(kMaxRequestDepth), "body").dump().size(), 2u * kMaxRequestDepth);
+  for (const int depth : {kMaxRequestDepth + 1, 100000, 1000000}) {
+    try {
+      parse_request_json(nested(depth), "body");
+      ADD_FAILURE() << "depth " << depth << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("body nests deeper than 512 levels"), std::string::npos) << e.what();
+    }
+  }
+  const std::string deep_in_object = R"({"tools": [{"a": )" + nested(100000) + "}]}";
+  EXPECT_THROW(parse_request_json(deep_in_object, "body"), InputError);
+  for (const char* bad : {R"({"t": 1e309})", "{not json", ""}) {
+    try {
+      parse_request_json(bad, "stdin");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("stdin is not valid JSON"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_request_json(R"({"b": 1, "a": [true, null]})", "x").dump(), R"({"b":1,"a":[true,null]})");
+}
+
 }  // namespace hearth
