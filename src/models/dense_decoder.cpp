@@ -34,9 +34,12 @@ DecoderArgs DecoderArgs::parse_common(const JsonConfig& c) {
   if (a.attention.n_heads % a.attention.n_kv_heads != 0) {
     throw FileError(c.path(), "'num_attention_heads' is not divisible by 'num_key_value_heads'");
   }
-  a.norm_eps = static_cast<float>(c.get_float("rms_norm_eps", 1e-6));
+  const double eps = c.get_float("rms_norm_eps", 1e-6);
+  // A negative or huge epsilon turns every norm into NaN or zero: garbage, not an error, later.
+  if (!(eps > 0 && eps < 1)) throw FileError(c.path(), "'rms_norm_eps' must be in (0, 1), got " + std::to_string(eps));
+  a.norm_eps = static_cast<float>(eps);
   a.tie_embeddings = c.get_bool("tie_word_embeddings", false);
-  a.max_context = c.get_int("max_position_embeddings", 4096);
+  a.max_context = positive(c, "max_position_embeddings", c.get_int("max_position_embeddings", 4096));
   const std::string act = c.get_string("hidden_act", "silu");
   if (act != "silu") throw Unsupported(c.path() + ": hidden_act '" + act + "' is not supported (silu is)");
   a.windows.assign(static_cast<size_t>(a.n_layers), 0);

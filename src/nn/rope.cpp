@@ -115,6 +115,18 @@ Rope Rope::from_config(const JsonConfig& config, int64_t head_dim) {
     throw Unsupported(config.path() + ": rope_type '" + type +
                       "' is not supported (default, linear, llama3, yarn are)");
   }
+  // Scaling parameters out of their domain (a factor of 0 or below, say) give frequencies that are
+  // infinite, negative or NaN, and a model that writes garbage rather than an error.
+  for (const double x : f) {
+    if (!(std::isfinite(x) && x > 0)) {
+      throw FileError(config.path(), "rope_type '" + type + "': its parameters give a rotary frequency of " +
+                                         std::to_string(x) + " (factors must be positive)");
+    }
+  }
+  if (!(std::isfinite(attention_factor) && attention_factor > 0)) {
+    throw FileError(config.path(), "rope_type '" + type + "': its parameters give an attention factor of " +
+                                       std::to_string(attention_factor));
+  }
   Rope r;
   r.type = type;
   r.attention_factor = attention_factor;

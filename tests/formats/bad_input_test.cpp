@@ -419,6 +419,29 @@ TEST_F(formats_model_dir, ConfigNumberOverflows) {
   EXPECT_TRUE(throws_input_error<FileError>([&] { load_model(dir()); }, file("config.json"), "not valid JSON"));
 }
 
+// Values a config may type correctly yet hold out of their domain: each once loaded and then
+// generated NaN logits or failed later with an unrelated message.
+TEST_F(formats_model_dir, ConfigValuesOutOfTheirDomain) {
+  const json base = read_config();
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"rms_norm_eps", -1}}, "'rms_norm_eps' must be in (0, 1)"},
+      {{{"rms_norm_eps", 1e300}}, "'rms_norm_eps' must be in (0, 1)"},
+      {{{"max_position_embeddings", 0}}, "'max_position_embeddings' must be positive"},
+      {{{"max_position_embeddings", -1}}, "'max_position_embeddings' must be positive"},
+      {{{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0}}}}, "rotary frequency"},
+      {{{"rope_scaling", {{"rope_type", "linear"}, {"factor", -1}}}}, "rotary frequency"},
+      {{{"rope_scaling", {{"rope_type", "yarn"}, {"factor", -2}, {"original_max_position_embeddings", 64}}}},
+       "rope_type 'yarn'"},
+  };
+  for (const auto& [edit, message] : cases) {
+    json c = base;
+    c.erase("rope_parameters");
+    c.update(edit);
+    write_config(c);
+    EXPECT_TRUE(throws_input_error<FileError>([&] { load_model(dir()); }, file("config.json"), message)) << edit.dump();
+  }
+}
+
 TEST_F(formats_model_dir, ConfigNotAnObject) {
   write_bytes(file("config.json"), "[\"qwen3\"]");
   EXPECT_TRUE(throws_input_error<FileError>([&] { load_model(dir()); }, file("config.json"), "expected a JSON object"));
