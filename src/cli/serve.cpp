@@ -115,7 +115,9 @@ int run_serve(const std::vector<std::string>& args) {
   if (max_tokens && *max_tokens < 1) throw InputError("--max-tokens must be >= 1");
   check_sampling_flags(temp, top_p, top_k);
   if (ctx_tokens < 0) throw InputError("--ctx must be >= 0");
-  if (!(prompt_cache_gb >= 0 && prompt_cache_gb < 1e6)) throw InputError("--prompt-cache must be >= 0 (GB)");
+  if (!(prompt_cache_gb >= 0 && prompt_cache_gb < 1e6)) {
+    throw InputError("--prompt-cache: expected GB in [0, 1000000), got " + std::to_string(prompt_cache_gb));
+  }
   if (!(shutdown_timeout_s >= 0 && shutdown_timeout_s <= 3600))
     throw InputError("--shutdown-timeout must be in 0..3600");
   std::optional<bool> thinking_default;

@@ -602,5 +602,20 @@ TEST(formats_cli, UnknownFlagExitsOne) {
   EXPECT_NE(r.err.find("--bogus"), std::string::npos) << r.err;
 }
 
+// Out-of-range flag values name the flag and the range, not a bound the value does not break.
+TEST(formats_cli, OutOfRangeFlagValuesNameTheRange) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"serve --prompt-cache 1000000", "--prompt-cache: expected GB in [0, 1000000)"},
+      {"serve --prompt-cache nan", "--prompt-cache: expected GB in [0, 1000000)"},
+      {"generate " + kFixture.string() + " --prompt-tokens 1 --threads 100000", "--threads: expected a count 0..4096"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_status, 1) << args;
+    EXPECT_TRUE(one_error_line(r.err)) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace hearth
