@@ -1,6 +1,7 @@
 #include "runtime/prompt.h"
 
 #include "base/error.h"
+#include "chat/value.h"
 
 namespace hearth {
 
@@ -8,6 +9,9 @@ PromptRenderer::PromptRenderer(const Tokenizer& tokenizer) : tokenizer_(tokenize
   const std::string& source = tokenizer.config().chat_template;
   if (!source.empty()) tmpl_ = ChatTemplate::parse(source, "chat_template");
 }
+
+// A request the parser accepts is one the template's values can hold.
+static_assert(kMaxRequestDepth == chat::Value::kMaxDepth);
 
 nlohmann::ordered_json parse_request_json(std::string_view text, const std::string& what) {
   struct TooDeep {};
